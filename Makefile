@@ -1,0 +1,53 @@
+# Two commands do everything: `make run` and `make test`. Each sets up .venv first
+# (Python 3.10, packages from requirements.lock) when it is missing or stale.
+
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
+UV_VERSION := 0.13.9
+STAMP := $(VENV)/.installed
+SHARED_DATA := ../shared/datasets/cifar10/cifar-10-binary-train.tar.gz
+ARGS ?=
+
+# TFX 1.16 needs Python 3.10; take the first interpreter that really runs
+# (a pyenv shim can exist without the version being active).
+PYTHON310 ?= $(shell for p in python3.10 $$HOME/.pyenv/versions/3.10*/bin/python3.10 \
+	/usr/local/bin/python3.10 /usr/bin/python3.10; do \
+	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 10)' 2>/dev/null && { echo "$$p"; break; }; done)
+
+# On machines that carry the shared offline copy, use it unless told otherwise.
+ifeq ($(CIFAR10_DATA),)
+ifneq ($(wildcard $(SHARED_DATA)),)
+export CIFAR10_DATA := $(abspath $(SHARED_DATA))
+endif
+endif
+
+.PHONY: run test bench lock setup clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -n "$(PYTHON310)" || { echo "error: Python 3.10 not found (TFX 1.16 needs it); install it or pass PYTHON310=/path/to/python3.10" >&2; exit 1; }
+	@test -x $(PY) || $(PYTHON310) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(UV) pip sync --python $(PY) requirements.lock
+	$(UV) pip install --python $(PY) --no-deps -e .
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/cifar10-pipeline run $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest $(ARGS)
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.bench $(ARGS)
+
+# Re-resolve the lock file after editing requirements.in (pip's resolver takes >10 min here).
+lock: $(STAMP)
+	$(UV) pip compile requirements.in --python-version 3.10 \
+		--python-platform x86_64-manylinux_2_36 -o requirements.lock
+
+clean:
+	rm -rf $(VENV) outputs

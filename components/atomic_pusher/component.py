@@ -1,0 +1,31 @@
+"""AtomicPusher: pushes a blessed model in TF Serving layout, one complete version at a time."""
+
+from tfx import types
+from tfx.dsl.components.base import base_component, executor_spec
+from tfx.types import standard_artifacts
+from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
+
+from components.atomic_pusher.executor import BASE_DIRECTORY_KEY, Executor
+
+
+class AtomicPusherSpec(ComponentSpec):
+    PARAMETERS = {BASE_DIRECTORY_KEY: ExecutionParameter(type=str)}
+    INPUTS = {
+        "model": ChannelParameter(type=standard_artifacts.Model),
+        "model_blessing": ChannelParameter(type=standard_artifacts.ModelBlessing),
+    }
+    OUTPUTS = {"pushed_model": ChannelParameter(type=standard_artifacts.PushedModel)}
+
+
+class AtomicPusher(base_component.BaseComponent):
+    """Writes `<base_directory>/<version>/` (the layout TF Serving and Vertex AI's
+    prebuilt TensorFlow containers load) only for a blessed model. Older versions stay."""
+
+    SPEC_CLASS = AtomicPusherSpec
+    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)
+
+    def __init__(self, model: types.BaseChannel, model_blessing: types.BaseChannel,
+                 base_directory: str):
+        super().__init__(spec=AtomicPusherSpec(
+            model=model, model_blessing=model_blessing, base_directory=base_directory,
+            pushed_model=types.Channel(type=standard_artifacts.PushedModel)))

@@ -1,0 +1,84 @@
+"""Pusher executor whose version directories are never visible half-written.
+
+TFX's stock Pusher copies the model straight into `<base>/<version>/`; a crash
+mid-copy leaves a partial version that TF Serving may try to load. Here the copy
+goes to a hidden staging folder that is renamed into place once complete.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from absl import logging
+from tfx.components.pusher import executor as pusher_executor
+from tfx.dsl.io import fileio
+from tfx.types import artifact_utils, standard_component_specs
+from tfx.utils import io_utils
+
+BASE_DIRECTORY_KEY = "base_directory"
+STAGING_PREFIX = ".staging-"
+# Beside saved_model.pb (TF Serving ignores other files): which model a version holds,
+# so pushing the same model again (a rerun with a new blessing) adds no new version.
+SOURCE_FILE = "PUSHED_FROM"
+NEW_VERSION_KEY = "new_version"
+
+
+def _next_version(base_directory: str) -> str:
+    """Unix seconds, bumped past any existing version so versions only increase."""
+    existing = [int(n.rstrip("/")) for n in fileio.listdir(base_directory)
+                if n.rstrip("/").isdigit()] if fileio.exists(base_directory) else []
+    return str(max([int(time.time())] + [v + 1 for v in existing]))
+
+
+def clear_stale_staging(base_directory: str) -> None:
+    """Removes staging folders left by a push that was killed midway."""
+    if not fileio.exists(base_directory):
+        return
+    for name in fileio.listdir(base_directory):
+        if name.startswith(STAGING_PREFIX):
+            fileio.rmtree(os.path.join(base_directory, name.rstrip("/")))
+
+
+def _version_holding(base_directory: str, model_path: str) -> str | None:
+    for name in fileio.listdir(base_directory):
+        source = os.path.join(base_directory, name.rstrip("/"), SOURCE_FILE)
+        if name.rstrip("/").isdigit() and fileio.exists(source) \
+                and io_utils.read_string_file(source) == model_path:
+            return name.rstrip("/")
+    return None
+
+
+def publish_version(model_path: str, base_directory: str) -> tuple[str, str, bool]:
+    """Copies a SavedModel to `<base>/<version>/` atomically.
+
+    Returns (path, version, is_new); is_new is False when that model is already served.
+    """
+    fileio.makedirs(base_directory)
+    clear_stale_staging(base_directory)
+    existing = _version_holding(base_directory, model_path)
+    if existing is not None:
+        return os.path.join(base_directory, existing), existing, False
+    version = _next_version(base_directory)
+    staging = os.path.join(base_directory, f"{STAGING_PREFIX}{version}")
+    io_utils.copy_dir(model_path, staging)
+    io_utils.write_string_file(os.path.join(staging, SOURCE_FILE), model_path)
+    final = os.path.join(base_directory, version)
+    fileio.rename(staging, final)
+    return final, version, True
+
+
+class Executor(pusher_executor.Executor):
+    def Do(self, input_dict, output_dict, exec_properties) -> None:
+        self._log_startup(input_dict, output_dict, exec_properties)
+        model_push = artifact_utils.get_single_instance(
+            output_dict[standard_component_specs.PUSHED_MODEL_KEY])
+        if not self.CheckBlessing(input_dict):
+            self._MarkNotPushed(model_push)
+            return
+        serving_path, version, is_new = publish_version(
+            self.GetModelPath(input_dict), exec_properties[BASE_DIRECTORY_KEY])
+        logging.info("Model version %s %s at %s", version,
+                     "published" if is_new else "was already served", serving_path)
+        self._MarkPushed(model_push, pushed_destination=serving_path, pushed_version=version)
+        model_push.set_int_custom_property(NEW_VERSION_KEY, int(is_new))

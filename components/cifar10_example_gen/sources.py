@@ -1,0 +1,368 @@
+"""Readers for the three CIFAR-10 layouts, treating every byte as untrusted.
+
+A source is split into shards (one batch file, or one class folder) so that a
+Beam pipeline can read shards in parallel. Every problem raises `SourceError`
+with a message that starts with the offending file, before anything is written.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import re
+import tarfile
+import zlib
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import BinaryIO, Iterable, Iterator
+
+import numpy as np
+
+LABEL_NAMES = (
+    "airplane", "automobile", "bird", "cat", "deer",
+    "dog", "frog", "horse", "ship", "truck",
+)
+NUM_CLASSES = len(LABEL_NAMES)
+IMAGE_SHAPE = (32, 32, 3)
+IMAGE_BYTES = 32 * 32 * 3
+BINARY_RECORD_BYTES = 1 + IMAGE_BYTES
+# The largest official batch file is 30,730,000 bytes; anything far larger is
+# not CIFAR-10 and must not be read into memory.
+MAX_MEMBER_BYTES = 64 * 1024 * 1024
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+
+BINARY, PYTHON, IMAGE_FOLDER = "binary", "python", "image_folder"
+TRAIN, TEST = "train", "test"
+
+_BINARY_NAME = re.compile(r"^(data_batch_\d+|test_batch)\.bin$")
+_PYTHON_NAME = re.compile(r"^(data_batch_\d+|test_batch)$")
+
+
+class SourceError(ValueError):
+    """The data source is unusable; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One independently readable piece of a source."""
+
+    source: str  # archive file or root folder
+    member: str  # path inside the archive, or relative to the root folder
+    layout: str  # BINARY, PYTHON or IMAGE_FOLDER
+    split: str  # TRAIN or TEST, as the source labels it
+
+
+@dataclass(frozen=True)
+class Record:
+    record_id: str
+    label: int
+    image: bytes  # 32x32x3 uint8, row-major HWC
+
+
+def _is_archive(path: str) -> bool:
+    return path.endswith((".tar.gz", ".tgz", ".tar"))
+
+
+def _gfile():
+    import tensorflow as tf  # only needed for remote (gs://) sources
+
+    return tf.io.gfile
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def _open_binary(path: str) -> BinaryIO:
+    if _is_remote(path):
+        return _gfile().GFile(path, "rb")
+    return open(path, "rb")
+
+
+def _is_dir(path: str) -> bool:
+    return _gfile().isdir(path) if _is_remote(path) else os.path.isdir(path)
+
+
+def _exists(path: str) -> bool:
+    return _gfile().exists(path) if _is_remote(path) else os.path.exists(path)
+
+
+def _walk_files(root: str) -> list[str]:
+    """Relative paths of all files under root, sorted for determinism."""
+    found = []
+    if _is_remote(root):
+        for dirpath, _, filenames in _gfile().walk(root):
+            rel = os.path.relpath(dirpath, root)
+            found.extend(os.path.normpath(os.path.join(rel, f)) for f in filenames)
+    else:
+        for dirpath, _, filenames in os.walk(root):
+            rel = os.path.relpath(dirpath, root)
+            found.extend(os.path.normpath(os.path.join(rel, f)) for f in filenames)
+    return sorted(found)
+
+
+def _classify_member(name: str) -> tuple[str, str] | None:
+    """(layout, split) for a batch file name, or None if it is not one."""
+    base = os.path.basename(name)
+    for layout, pattern in ((BINARY, _BINARY_NAME), (PYTHON, _PYTHON_NAME)):
+        match = pattern.match(base)
+        if match:
+            return layout, TEST if match.group(1) == "test_batch" else TRAIN
+    return None
+
+
+def _batch_shards(source: str, names: Iterable[str]) -> list[Shard]:
+    shards = []
+    for name in names:
+        kind = _classify_member(name)
+        if kind:
+            shards.append(Shard(source, name, kind[0], kind[1]))
+    layouts = {s.layout for s in shards}
+    if len(layouts) > 1:
+        raise SourceError(
+            f"{source}: mixes binary (*.bin) and python (pickled) batch files; "
+            "use one CIFAR-10 release")
+    return shards
+
+
+def _archive_members(path: str) -> list[str]:
+    try:
+        with _open_binary(path) as raw, tarfile.open(fileobj=raw, mode="r:*") as tar:
+            return [m.name for m in tar.getmembers() if m.isfile()]
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
+        raise SourceError(f"{path}: corrupt or truncated archive ({err})") from err
+
+
+def _image_folder_shards(root: str, files: list[str]) -> list[Shard]:
+    shards = set()
+    for rel in files:
+        parts = rel.split(os.sep)
+        if len(parts) != 3 or parts[0] not in (TRAIN, TEST):
+            continue
+        split, class_name, _ = parts
+        if class_name not in LABEL_NAMES:
+            raise SourceError(
+                f"{os.path.join(root, split, class_name)}: unknown class folder "
+                f"'{class_name}'; expected one of {', '.join(LABEL_NAMES)}")
+        shards.add(Shard(root, os.path.join(split, class_name), IMAGE_FOLDER, split))
+    return sorted(shards, key=lambda s: s.member)
+
+
+def list_shards(source: str) -> list[Shard]:
+    """Detects the layout of `source` and lists its shards, training shards first."""
+    if not _exists(source):
+        raise SourceError(f"{source}: no such file or folder")
+    if _is_dir(source):
+        files = _walk_files(source)
+        shards = _batch_shards(source, files)
+        if not shards and _is_dir(os.path.join(source, TRAIN)):
+            shards = _image_folder_shards(source, files)
+    elif _is_archive(source):
+        shards = _batch_shards(source, _archive_members(source))
+    else:
+        raise SourceError(
+            f"{source}: not a CIFAR-10 source; expected a .tar.gz archive, an extracted "
+            "cifar-10-batches-bin/ or cifar-10-batches-py/ folder, or an image folder "
+            "<split>/<class_name>/*.png")
+    if not any(s.split == TRAIN for s in shards):
+        raise SourceError(
+            f"{source}: no CIFAR-10 training data found (expected data_batch_N.bin, "
+            "data_batch_N (python release) or train/<class_name>/*.png)")
+    return sorted(shards, key=lambda s: (s.split != TRAIN, s.member))
+
+
+def _read_member(shard: Shard) -> tuple[str, bytes]:
+    """(display name, bytes) of a batch file, with a size cap."""
+    if _is_archive(shard.source):
+        where = f"{shard.source}:{shard.member}"
+        try:
+            with _open_binary(shard.source) as raw, tarfile.open(fileobj=raw, mode="r:*") as tar:
+                member = tar.getmember(shard.member)
+                if member.size > MAX_MEMBER_BYTES:
+                    raise SourceError(f"{where}: {member.size} bytes is too large for a batch file")
+                handle = tar.extractfile(member)
+                data = handle.read() if handle else b""
+        except (tarfile.TarError, EOFError, zlib.error, OSError, KeyError) as err:
+            raise SourceError(f"{shard.source}: corrupt or truncated archive ({err})") from err
+        return where, data
+    path = os.path.join(shard.source, shard.member)
+    with _open_binary(path) as handle:
+        data = handle.read(MAX_MEMBER_BYTES + 1)
+    if len(data) > MAX_MEMBER_BYTES:
+        raise SourceError(f"{path}: too large for a batch file")
+    return path, data
+
+
+def _planar_to_hwc(rows: np.ndarray) -> np.ndarray:
+    """CIFAR stores each image as 1024 red, then green, then blue bytes."""
+    return rows.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1).reshape(-1, IMAGE_BYTES)
+
+
+def _check_labels(where: str, labels: np.ndarray) -> None:
+    bad = np.flatnonzero((labels < 0) | (labels >= NUM_CLASSES))
+    if bad.size:
+        raise SourceError(
+            f"{where}: record {int(bad[0])} has label {int(labels[bad[0]])}, "
+            f"outside 0..{NUM_CLASSES - 1}")
+
+
+def _binary_records(where: str, data: bytes) -> tuple[np.ndarray, np.ndarray]:
+    if not data or len(data) % BINARY_RECORD_BYTES:
+        raise SourceError(
+            f"{where}: {len(data)} bytes is not a positive multiple of the "
+            f"{BINARY_RECORD_BYTES}-byte record size (1 label byte + {IMAGE_BYTES} pixels)")
+    table = np.frombuffer(data, dtype=np.uint8).reshape(-1, BINARY_RECORD_BYTES)
+    labels = table[:, 0].astype(np.int64)
+    _check_labels(where, labels)
+    return labels, _planar_to_hwc(table[:, 1:])
+
+
+class _NumpyOnlyUnpickler(pickle.Unpickler):
+    """Allows only the globals that a pickled numpy array needs, so a malicious
+    batch file cannot make the unpickler import and call arbitrary code."""
+
+    _ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("_codecs", "encode"),
+    }
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self._ALLOWED:
+            raise pickle.UnpicklingError(
+                f"refused to load global '{module}.{name}' (only numpy arrays are allowed)")
+        return super().find_class(module, name)
+
+
+def _python_records(where: str, data: bytes) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        batch = _NumpyOnlyUnpickler(io.BytesIO(data), encoding="bytes").load()
+    except Exception as err:  # any failure of untrusted pickle data is a bad file
+        raise SourceError(f"{where}: not a valid CIFAR-10 python batch ({err})") from err
+    if not isinstance(batch, dict):
+        raise SourceError(f"{where}: expected a pickled dict, got {type(batch).__name__}")
+    pixels = batch.get(b"data", batch.get("data"))
+    labels = batch.get(b"labels", batch.get("labels"))
+    if not isinstance(pixels, np.ndarray) or pixels.dtype != np.uint8 or pixels.ndim != 2 \
+            or pixels.shape[1] != IMAGE_BYTES:
+        raise SourceError(f"{where}: 'data' must be a uint8 array of shape (N, {IMAGE_BYTES})")
+    labels = np.asarray(labels if labels is not None else [], dtype=np.int64)
+    if labels.shape != (pixels.shape[0],):
+        raise SourceError(
+            f"{where}: {labels.size} labels for {pixels.shape[0]} images")
+    _check_labels(where, labels)
+    return labels, _planar_to_hwc(pixels)
+
+
+def _decode_image(path: str) -> bytes:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with _open_binary(path) as handle, Image.open(handle) as image:
+            if image.size != (32, 32):
+                raise SourceError(
+                    f"{path}: image is {image.size[0]}x{image.size[1]}, expected 32x32")
+            return np.asarray(image.convert("RGB"), dtype=np.uint8).tobytes()
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+        if isinstance(err, SourceError):
+            raise
+        raise SourceError(f"{path}: not a readable PNG or JPEG image ({err})") from err
+
+
+def read_shard(shard: Shard) -> Iterator[Record]:
+    """Yields the shard's records in their stored order."""
+    if shard.layout == IMAGE_FOLDER:
+        label = LABEL_NAMES.index(os.path.basename(shard.member))
+        folder = os.path.join(shard.source, shard.member)
+        for rel in _walk_files(folder):
+            if rel.lower().endswith(IMAGE_SUFFIXES):
+                yield Record(os.path.join(shard.member, rel), label,
+                             _decode_image(os.path.join(folder, rel)))
+        return
+    where, data = _read_member(shard)
+    parse = _binary_records if shard.layout == BINARY else _python_records
+    labels, images = parse(where, data)
+    base = os.path.basename(shard.member)
+    for index, (label, image) in enumerate(zip(labels, images)):
+        yield Record(f"{base}:{index}", int(label), image.tobytes())
+
+
+class EvalCarver:
+    """Deterministic, class-balanced choice of eval records from training data.
+
+    Within each shard the k-th record of a class (k = 0, 1, ...) goes to eval
+    when floor((k + 1) * f) > floor(k * f): exactly a fraction f of every class,
+    spread evenly through the file, identical on every run and every runner.
+    """
+
+    def __init__(self, eval_fraction: float):
+        if not 0.0 < eval_fraction < 1.0:
+            raise ValueError(f"eval_fraction must be in (0, 1), got {eval_fraction}")
+        self._fraction = Fraction(str(eval_fraction)).limit_denominator(100_000)
+
+    def is_eval(self, rank_in_class: int) -> bool:
+        f = self._fraction
+        return int((rank_in_class + 1) * f) > int(rank_in_class * f)
+
+
+def split_records(shard: Shard, has_test_split: bool,
+                  eval_fraction: float) -> Iterator[tuple[str, Record]]:
+    """Yields ('train' | 'eval', record) for every record of one shard."""
+    if shard.split == TEST:
+        yield from (("eval", r) for r in read_shard(shard))
+        return
+    if has_test_split:
+        yield from (("train", r) for r in read_shard(shard))
+        return
+    carver = EvalCarver(eval_fraction)
+    seen_per_class = [0] * NUM_CLASSES
+    for record in read_shard(shard):
+        rank = seen_per_class[record.label]
+        seen_per_class[record.label] += 1
+        yield ("eval" if carver.is_eval(rank) else "train"), record
+
+
+def load_arrays(source: str, eval_fraction: float = 0.1) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """All records as {split: (images uint8 [N,32,32,3], labels int64 [N])}.
+
+    Used by benchmarks and by the pre-flight check; the pipeline itself reads
+    shards through Beam.
+    """
+    shards = list_shards(source)
+    has_test = any(s.split == TEST for s in shards)
+    images: dict[str, list[bytes]] = {"train": [], "eval": []}
+    labels: dict[str, list[int]] = {"train": [], "eval": []}
+    for shard in shards:
+        for split, record in split_records(shard, has_test, eval_fraction):
+            images[split].append(record.image)
+            labels[split].append(record.label)
+    return {
+        split: (np.frombuffer(b"".join(images[split]), np.uint8).reshape((-1,) + IMAGE_SHAPE),
+                np.asarray(labels[split], np.int64))
+        for split in images
+    }
+
+
+def fingerprint(source: str) -> str:
+    """Cheap identity of a source's contents (sizes and modification times), so that
+    replacing data at the same path invalidates the pipeline cache."""
+    import hashlib
+
+    def stat(path: str) -> str:
+        if _is_remote(path):
+            info = _gfile().stat(path)
+            return f"{info.length}:{info.mtime_nsec}"
+        info = os.stat(path)
+        return f"{info.st_size}:{info.st_mtime_ns}"
+
+    if not _exists(source):
+        raise SourceError(f"{source}: no such file or folder")
+    if not _is_dir(source):
+        return stat(source)
+    digest = hashlib.sha256()
+    for rel in _walk_files(source):
+        digest.update(f"{rel}={stat(os.path.join(source, rel))};".encode())
+    return digest.hexdigest()[:16]

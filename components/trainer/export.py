@@ -1,0 +1,73 @@
+"""Export for serving: a plain TF SavedModel (no Keras needed to load it) with
+
+- `serving_default`: encoded PNG/JPEG bytes, tf.string [None] -> probabilities, classes;
+- `serving_examples`: serialized tf.Examples, tf.string [None] -> the same outputs (TFMA).
+
+Decoding, resizing, normalisation and test-time augmentation (the average of the
+image and its mirror image) are inside the graph, so a client sends only bytes.
+The exported network is rebuilt in float32 on the default strategy, so a model
+trained under TPUStrategy, MirroredStrategy or bf16 serves on any CPU.
+"""
+
+from __future__ import annotations
+
+from components.cifar10_example_gen.sources import LABEL_NAMES
+from components.trainer import data
+from components.trainer.keras import keras, tf
+
+IMAGES_SIGNATURE = "serving_default"
+EXAMPLES_SIGNATURE = "serving_examples"
+PROBABILITIES_KEY = "probabilities"
+CLASSES_KEY = "classes"
+
+
+def float32_copy(trained: keras.Model, build_fn) -> keras.Model:
+    """The trained network rebuilt outside any strategy with float32 compute."""
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("float32")
+    try:
+        copy = build_fn()
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    copy.set_weights(trained.get_weights())
+    return copy
+
+
+class ServingModule(tf.Module):
+    def __init__(self, network: keras.Model, test_time_flip: bool = True):
+        super().__init__()
+        self.network = network
+        self.test_time_flip = test_time_flip
+        self.label_names = tf.constant(LABEL_NAMES)
+
+    def _outputs(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        probabilities = tf.nn.softmax(self.network(images, training=False))
+        if self.test_time_flip:
+            mirrored = tf.nn.softmax(self.network(tf.reverse(images, axis=[2]), training=False))
+            probabilities = (probabilities + mirrored) / 2.0
+        return {
+            PROBABILITIES_KEY: probabilities,
+            CLASSES_KEY: tf.gather(self.label_names, tf.argmax(probabilities, axis=1)),
+        }
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
+    def serve_images(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        def decode(encoded: tf.Tensor) -> tf.Tensor:
+            image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+            image = tf.image.resize(image, [32, 32], antialias=True)
+            return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
+
+        decoded = tf.map_fn(decode, images, fn_output_signature=tf.TensorSpec([32, 32, 3], tf.uint8))
+        return self._outputs(decoded)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    def serve_examples(self, examples: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self._outputs(data.decode_images(examples))
+
+
+def export_serving_model(network: keras.Model, export_dir: str) -> None:
+    module = ServingModule(network)
+    tf.saved_model.save(module, export_dir, signatures={
+        IMAGES_SIGNATURE: module.serve_images.get_concrete_function(),
+        EXAMPLES_SIGNATURE: module.serve_examples.get_concrete_function(),
+    })

@@ -1,0 +1,144 @@
+"""TFX Trainer entry point: `run_fn` adapts FnArgs to the model, data, strategy
+and export modules and records what happened for the run summary."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+
+from absl import logging
+from tfx.components.trainer.fn_args_utils import FnArgs
+
+from components.trainer import data, export, model, strategy as strategies
+from components.trainer.keras import keras, tf
+from pipeline.config import TrainingConfig
+
+TPU_PER_REPLICA_BATCH = 128  # fills the TPU's 128x128 matrix unit, as in the classic recipe
+HISTORY_FILE = "history.json"
+TRAINING_SUMMARY_FILE = "training_summary.json"
+
+
+class EpochHistory(keras.callbacks.Callback):
+    """Writes loss, accuracy, learning rate and seconds per epoch after every epoch,
+    to the model run folder and beside the checkpoints (so a resumed run continues
+    the same history)."""
+
+    def __init__(self, paths: list[str], initial: list[dict] | None = None):
+        super().__init__()
+        self.paths = paths
+        self.epochs: list[dict] = list(initial or [])
+        self._started = 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._started = time.time()
+
+    def on_epoch_end(self, epoch, logs=None):
+        entry = {"epoch": epoch + 1, "seconds": round(time.time() - self._started, 2)}
+        entry.update({k: float(v) for k, v in (logs or {}).items()})
+        learning_rate = self.model.optimizer.learning_rate
+        if callable(learning_rate):
+            learning_rate = learning_rate(self.model.optimizer.iterations)
+        entry["learning_rate"] = float(keras.backend.get_value(learning_rate))
+        self.epochs = [e for e in self.epochs if e["epoch"] < entry["epoch"]] + [entry]
+        for path in self.paths:
+            tf.io.gfile.makedirs(os.path.dirname(path))
+            with tf.io.gfile.GFile(path, "w") as handle:
+                json.dump(self.epochs, handle, indent=1)
+
+
+def checkpoint_dir(model_run_dir: str, train_files: list[str], config: TrainingConfig) -> str:
+    """A folder that survives a killed run: the same inputs and config give the same
+    folder in the next execution, so BackupAndRestore resumes instead of restarting."""
+    key = hashlib.sha256(json.dumps([sorted(train_files), config.to_custom_config()],
+                                    sort_keys=True).encode()).hexdigest()[:16]
+    trainer_root = os.path.dirname(os.path.dirname(model_run_dir.rstrip("/")))
+    return os.path.join(trainer_root, "checkpoints", key)
+
+
+def _read_history(path: str) -> list[dict]:
+    if not tf.io.gfile.exists(path):
+        return []
+    with tf.io.gfile.GFile(path) as handle:
+        return json.load(handle)
+
+
+def run_fn(fn_args: FnArgs) -> None:
+    started = time.time()
+    config = TrainingConfig.from_custom_config(fn_args.custom_config or {})
+    if config.cpu_replicas > 1:
+        strategies.configure_cpu_replicas(config.cpu_replicas)
+    strategy = strategies.create_strategy(config.strategy, config.tpu, config.cpu_replicas)
+    kind = strategies.strategy_kind(strategy)
+    replicas = strategy.num_replicas_in_sync
+    recipe = model.RECIPES[config.model]
+    per_replica = config.per_replica_batch_size or (
+        TPU_PER_REPLICA_BATCH if kind == "tpu" else recipe.per_replica_batch_size)
+    global_batch = per_replica * replicas
+    epochs = config.epochs or recipe.epochs
+    policy = strategies.mixed_precision_policy(config.precision, strategy)
+    keras.mixed_precision.set_global_policy(policy)
+    tf.keras.utils.set_random_seed(config.seed)
+
+    train_images, train_labels = data.load_split(fn_args.train_files)
+    eval_images, eval_labels = data.load_split(fn_args.eval_files)
+    steps_per_epoch = int(train_images.shape[0]) // global_batch
+    if steps_per_epoch == 0:
+        raise ValueError(f"{int(train_images.shape[0])} training images are fewer than one "
+                         f"global batch of {global_batch}; lower --per-replica-batch-size")
+    learning_rate = model.scaled_learning_rate(recipe, global_batch, config.learning_rate)
+    logging.info("Training %s: %s strategy, %d replica(s), global batch %d (%d per replica), "
+                 "%d epochs, learning rate %g, %s", config.model, kind, replicas, global_batch,
+                 per_replica, epochs, learning_rate, policy)
+
+    whitening_sample = train_images[:5000].numpy()
+
+    def build() -> keras.Model:
+        return model.build(config.model, whitening_sample)
+
+    with strategy.scope():
+        network = build()
+        model.compile_model(network, recipe, learning_rate, steps_per_epoch, epochs)
+
+    backup_dir = checkpoint_dir(fn_args.model_run_dir, fn_args.train_files, config)
+    previous_history = _read_history(os.path.join(backup_dir, HISTORY_FILE))
+    history = EpochHistory([os.path.join(fn_args.model_run_dir, HISTORY_FILE),
+                            os.path.join(backup_dir, HISTORY_FILE)], previous_history)
+    fit_started = time.time()
+    network.fit(
+        data.training_dataset(train_images, train_labels, global_batch, seed=config.seed),
+        epochs=epochs,
+        validation_data=data.evaluation_dataset(eval_images, eval_labels, global_batch),
+        callbacks=[
+            keras.callbacks.BackupAndRestore(backup_dir),
+            history,
+            keras.callbacks.TensorBoard(log_dir=os.path.join(fn_args.model_run_dir, "logs"),
+                                        profile_batch=0),
+        ],
+        verbose=2,
+    )
+    fit_seconds = time.time() - fit_started
+
+    export.export_serving_model(export.float32_copy(network, build), fn_args.serving_model_dir)
+    final = history.epochs[-1] if history.epochs else {}
+    summary = {
+        "model": config.model,
+        "strategy": kind,
+        "replicas": replicas,
+        "per_replica_batch_size": per_replica,
+        "global_batch_size": global_batch,
+        "epochs": epochs,
+        "resumed_from_epoch": previous_history[-1]["epoch"] if previous_history else 0,
+        "learning_rate": learning_rate,
+        "precision": policy,
+        "train_records": int(train_images.shape[0]),
+        "eval_records": int(eval_images.shape[0]),
+        "fit_seconds": round(fit_seconds, 1),
+        "trainer_seconds": round(time.time() - started, 1),
+        "final_eval_accuracy_without_tta": final.get("val_accuracy"),
+    }
+    with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, TRAINING_SUMMARY_FILE), "w") as f:
+        json.dump(summary, f, indent=1)
+    logging.info("Training summary: %s", summary)
+

@@ -1,0 +1,1 @@
+"""CIFAR-10 TFX pipeline: topology, configuration, runners and CLI."""

@@ -1,0 +1,252 @@
+"""`cifar10-pipeline`: run the pipeline locally, compile and submit it to Vertex AI,
+classify images with the pushed model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pipeline.config import MODELS, PRECISIONS, PROJECT_ROOT, STRATEGIES, TrainingConfig
+
+DEFAULT_OUTPUT_DIR = PROJECT_ROOT / "outputs"
+
+# Exit statuses, so scripts can tell failures apart.
+EXIT_OK = 0
+EXIT_ERROR = 1  # unexpected failure (see the log file)
+EXIT_BAD_INPUT = 2  # bad data source, bad arguments, locked output dir
+EXIT_DATA_INVALID = 3  # data validation found anomalies; nothing was trained
+EXIT_NOT_BLESSED = 4  # the model failed the accuracy gate; nothing was pushed
+
+
+def _add_training_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("training")
+    group.add_argument("--model", choices=MODELS, default="airbench",
+                       help="airbench: fast default; seed_cnn: the classic Colab TPU recipe")
+    group.add_argument("--strategy", choices=STRATEGIES, default="auto",
+                       help="tf.distribute strategy (auto: TPU if configured, else several "
+                            "GPUs or --cpu-replicas, else one device)")
+    group.add_argument("--tpu", default="",
+                       help="TPU name, grpc://HOST:8470 (Colab) or 'local' (TPU VM)")
+    group.add_argument("--cpu-replicas", type=int, default=0, metavar="N",
+                       help="split the CPU into N logical devices for MirroredStrategy")
+    group.add_argument("--epochs", type=int, help="default: the model recipe's")
+    group.add_argument("--per-replica-batch-size", type=int,
+                       help="default: 128 on TPU, the recipe's elsewhere")
+    group.add_argument("--learning-rate", type=float,
+                       help="peak learning rate at the recipe's reference batch; scaled "
+                            "with the global batch")
+    group.add_argument("--precision", choices=PRECISIONS, default="auto",
+                       help="auto: mixed_bfloat16 on TPU and CPU, float32 on GPU")
+    group.add_argument("--seed", type=int, default=0)
+
+
+def _training_config(args: argparse.Namespace) -> TrainingConfig:
+    return TrainingConfig(
+        model=args.model, strategy=args.strategy, tpu=args.tpu, cpu_replicas=args.cpu_replicas,
+        epochs=args.epochs, per_replica_batch_size=args.per_replica_batch_size,
+        learning_rate=args.learning_rate, precision=args.precision, seed=args.seed)
+
+
+def _add_gate_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("data and evaluation")
+    group.add_argument("--eval-fraction", type=float, default=0.1,
+                       help="share of training records carved out for eval when the "
+                            "source has no test batch (class-balanced, deterministic)")
+    group.add_argument("--accuracy-gate", type=float, default=0.80,
+                       help="minimum eval accuracy for the model to be blessed and pushed")
+    group.add_argument("--max-regression", type=float, default=0.005,
+                       help="how far accuracy may fall below the last blessed model")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from components.cifar10_example_gen.sources import SourceError, fingerprint
+    from components.validation_gate.checks import DataValidationError
+    from pipeline import data_source, local_runner, report_text
+
+    output_dir = Path(args.output_dir).resolve()
+    try:
+        source = data_source.resolve(args.data)
+        config = local_runner.local_config(
+            output_dir, source, fingerprint(source), _training_config(args),
+            eval_fraction=args.eval_fraction, accuracy_gate=args.accuracy_gate,
+            max_regression=args.max_regression, enable_cache=not args.no_cache,
+            beam_args=tuple(args.beam_arg))
+        print(f"Data: {source}\nOutput: {output_dir}", file=sys.stderr)
+        with local_runner.exclusive_output_dir(output_dir):
+            facts = local_runner.run(config, output_dir)
+    except (data_source.DataSourceError, SourceError, local_runner.RunLockedError,
+            ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except DataValidationError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_DATA_INVALID
+    except Exception as err:  # noqa: BLE001 - the log file has the traceback
+        root = _root_cause(err)
+        if isinstance(root, SourceError):
+            print(f"error: {root}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if isinstance(root, DataValidationError):
+            print(f"error: {root}", file=sys.stderr)
+            return EXIT_DATA_INVALID
+        print(f"error: {type(root).__name__}: {root}\n(see the log file above for details)",
+              file=sys.stderr)
+        return EXIT_ERROR
+    print(report_text.render(facts))
+    if facts.get("blessed") is False:
+        return EXIT_NOT_BLESSED
+    return EXIT_OK
+
+
+def _root_cause(err: BaseException) -> BaseException:
+    while err.__cause__ is not None or err.__context__ is not None:
+        err = err.__cause__ or err.__context__
+    return err
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from pipeline import vertex_runner
+
+    try:
+        config = vertex_runner.vertex_config(
+            project=args.project, region=args.region, pipeline_root=args.pipeline_root,
+            image=args.image, source_uri=args.data, training=_training_config(args),
+            tpu_type=args.tpu_type, tpu_count=args.tpu_cores,
+            dataflow_region=args.dataflow_region,
+            dataflow_temp_location=args.dataflow_temp_location, endpoint=args.endpoint,
+            source_fingerprint=args.data_fingerprint, eval_fraction=args.eval_fraction,
+            accuracy_gate=args.accuracy_gate, max_regression=args.max_regression)
+        path = vertex_runner.compile_pipeline(config, Path(args.output))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"Compiled {path}")
+    return EXIT_OK
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from pipeline import vertex_runner
+
+    try:
+        submission = vertex_runner.load_submission(
+            Path(args.pipeline_file), args.project, args.region, args.service_account)
+        if args.dry_run:
+            print(submission.describe())
+            return EXIT_OK
+        name = vertex_runner.submit(submission, args.region, args.api_endpoint)
+    except vertex_runner.SubmitError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"Submitted {name}\nhttps://console.cloud.google.com/vertex-ai/locations/"
+          f"{args.region}/pipelines/runs/{name.rsplit('/', 1)[-1]}?project={args.project}")
+    return EXIT_OK
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from pipeline import predict
+
+    return predict.main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cifar10-pipeline", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit status: 0 ok, 1 unexpected error, 2 bad input, 3 data failed "
+               "validation, 4 model not blessed")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser(
+        "run", help="run the whole pipeline locally (Beam DirectRunner, SQLite metadata)",
+        description="Ingest, validate, train, evaluate and push on this machine. Finished "
+                    "steps are reused from the metadata cache on a rerun.")
+    run.add_argument("--data", metavar="PATH_OR_URL",
+                     help="CIFAR-10 archive (.tar.gz), extracted cifar-10-batches-bin/ or "
+                          "-py/ folder, image folder, gs:// path or URL. Default: "
+                          "$CIFAR10_DATA, then the local cache, then the official download")
+    run.add_argument("--output-dir", default=str(DEFAULT_OUTPUT_DIR),
+                     help="artifacts, metadata, serving models and run_summary.json "
+                          "(default: %(default)s)")
+    run.add_argument("--no-cache", action="store_true",
+                     help="rerun every component even if its inputs did not change")
+    run.add_argument("--beam-arg", action="append", default=[], metavar="ARG",
+                     help="extra Beam pipeline option, e.g. --beam-arg=--direct_num_workers=2")
+    _add_training_args(run)
+    _add_gate_args(run)
+    run.set_defaults(func=cmd_run)
+
+    compile_parser = commands.add_parser(
+        "compile", help="compile the pipeline for Vertex AI Pipelines (KubeflowV2DagRunner)",
+        description="Writes the pipeline JSON for Vertex AI: the same DAG as `run`, with the "
+                    "Trainer on a Cloud TPU worker pool (strategy=tpu) and, optionally, Beam "
+                    "steps on Dataflow and the Pusher deploying to a Vertex endpoint.")
+    compile_parser.add_argument("--target", choices=["vertex"], default="vertex")
+    compile_parser.add_argument("--project", required=True, help="Google Cloud project id")
+    compile_parser.add_argument("--region", required=True, help="e.g. us-central1")
+    compile_parser.add_argument("--pipeline-root", required=True, metavar="GS_URI",
+                                help="gs:// folder for artifacts and pushed models")
+    compile_parser.add_argument("--image", required=True,
+                                help="pipeline image built from this repo's Dockerfile")
+    compile_parser.add_argument("--data", required=True, metavar="GS_URI",
+                                help="gs:// path of the CIFAR-10 archive or folder")
+    compile_parser.add_argument("--data-fingerprint", default="",
+                                help="change this when the data at --data changes, so that "
+                                     "Vertex caching re-ingests it")
+    compile_parser.add_argument("--tpu-type", default="TPU_V2",
+                                help="Vertex accelerator type of the training worker "
+                                     "(default: %(default)s)")
+    compile_parser.add_argument("--tpu-cores", type=int, default=8,
+                                help="TPU cores (default: %(default)s)")
+    compile_parser.add_argument("--dataflow-region", default="",
+                                help="run the Beam steps on Dataflow in this region")
+    compile_parser.add_argument("--dataflow-temp-location", default="", metavar="GS_URI")
+    compile_parser.add_argument("--endpoint", default="",
+                                help="deploy the blessed model to this Vertex endpoint "
+                                     "instead of pushing to <pipeline-root>/serving")
+    compile_parser.add_argument("--output", default="pipeline.json",
+                                help="file to write (default: %(default)s)")
+    _add_training_args(compile_parser)
+    _add_gate_args(compile_parser)
+    compile_parser.set_defaults(func=cmd_compile)
+
+    submit_parser = commands.add_parser(
+        "submit", help="submit a compiled pipeline to Vertex AI Pipelines",
+        description="Creates a Vertex AI PipelineJob from a file written by `compile`.")
+    submit_parser.add_argument("pipeline_file", metavar="PIPELINE_JSON")
+    submit_parser.add_argument("--project", required=True)
+    submit_parser.add_argument("--region", required=True)
+    submit_parser.add_argument("--service-account", default="")
+    submit_parser.add_argument("--dry-run", action="store_true",
+                               help="validate the file and print what would be submitted; "
+                                    "no network")
+    submit_parser.add_argument("--api-endpoint", default="", help=argparse.SUPPRESS)
+    submit_parser.set_defaults(func=cmd_submit)
+
+    predict_parser = commands.add_parser(
+        "predict", help="classify image files with the newest pushed model, on CPU",
+        description="Loads the newest version under --model-dir and prints the top classes "
+                    "for each PNG or JPEG file.")
+    predict_parser.add_argument("images", nargs="*", metavar="IMAGE")
+    predict_parser.add_argument(
+        "--model-dir", default=str(DEFAULT_OUTPUT_DIR / "serving" / "cifar10"),
+        help="folder of numbered versions, or one version (default: %(default)s)")
+    predict_parser.add_argument("--top", type=int, default=3, help="classes to show per image")
+    predict_parser.add_argument(
+        "--samples", type=int, default=0, metavar="N",
+        help="demo: classify N eval images of --data and print true versus predicted")
+    predict_parser.add_argument("--data", metavar="PATH_OR_URL",
+                                help="source for --samples (same default as run)")
+    predict_parser.add_argument("--json", action="store_true", help="print JSON lines")
+    predict_parser.set_defaults(func=cmd_predict)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""Runs the pipeline on this machine: LocalDagRunner, Beam DirectRunner, SQLite metadata."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+from pipeline.config import PipelineConfig, TrainingConfig
+
+SUMMARY_FILE = "run_summary.json"
+LOCK_FILE = ".run.lock"
+DEFAULT_BEAM_ARGS = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
+
+
+class RunLockedError(RuntimeError):
+    """Another run holds the output directory."""
+
+
+@contextlib.contextmanager
+def exclusive_output_dir(output_dir: Path) -> Iterator[None]:
+    """An advisory lock so two runs never share one metadata store; released on exit,
+    also when the process is killed."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with open(output_dir / LOCK_FILE, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as err:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise RunLockedError(
+                f"{output_dir}: another run ({holder}) is using this output directory; "
+                "wait for it or pass a different --output-dir") from err
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def local_config(output_dir: Path, source_uri: str, source_fingerprint: str,
+                 training: TrainingConfig, **overrides) -> PipelineConfig:
+    output_dir = output_dir.resolve()
+    return PipelineConfig(
+        pipeline_name=overrides.pop("pipeline_name", "cifar10"),
+        pipeline_root=str(output_dir / "artifacts"),
+        metadata_path=str(output_dir / "metadata.sqlite"),
+        serving_dir=str(output_dir / "serving"),
+        source_uri=source_uri,
+        source_fingerprint=source_fingerprint,
+        training=training,
+        beam_args=DEFAULT_BEAM_ARGS + tuple(overrides.pop("beam_args", ())),
+        **overrides,
+    )
+
+
+class _ProgressPrinter(logging.Handler):
+    """Turns LocalDagRunner's 'Component X is running/finished' log lines into one
+    short line per component, with its duration."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.started: dict[str, float] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if not message.startswith("Component ") or not message.endswith(("running.", "finished.")):
+            return
+        node = message.split()[1]
+        if message.endswith("running."):
+            self.started[node] = time.time()
+            print(f"[{time.strftime('%H:%M:%S')}] {node} started", file=sys.stderr, flush=True)
+        else:
+            seconds = time.time() - self.started.get(node, time.time())
+            print(f"[{time.strftime('%H:%M:%S')}] {node} finished in {seconds:.1f}s",
+                  file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _logs_to_file(path: Path) -> Iterator[None]:
+    """Full TFX/Beam logs go to a file; the console gets one line per component."""
+    from absl import logging as absl_logging
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    root = logging.getLogger()
+    file_handler = logging.FileHandler(path)
+    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    progress = _ProgressPrinter()
+    saved_level, saved_handlers = root.level, list(root.handlers)
+    for handler in saved_handlers:
+        root.removeHandler(handler)
+    root.addHandler(file_handler)
+    root.addHandler(progress)
+    root.setLevel(logging.INFO)
+    absl_logging.set_verbosity(absl_logging.INFO)
+    try:
+        yield
+    finally:
+        root.removeHandler(file_handler)
+        root.removeHandler(progress)
+        file_handler.close()
+        root.setLevel(saved_level)
+        for handler in saved_handlers:
+            root.addHandler(handler)
+
+
+def run(config: PipelineConfig, output_dir: Path) -> dict:
+    """Runs the pipeline and returns (and writes) the run summary."""
+    from tfx import v1 as tfx
+
+    from pipeline import summary
+    from pipeline.topology import create_pipeline
+
+    started = time.time()
+    log_path = output_dir / "logs" / f"run-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    print(f"Full logs: {log_path}", file=sys.stderr)
+    failure: BaseException | None = None
+    with _logs_to_file(log_path):
+        try:
+            tfx.orchestration.LocalDagRunner().run(create_pipeline(config))
+        except BaseException as err:  # summarise what did run, then re-raise
+            failure = err
+    facts = summary.collect(config.metadata_path)
+    facts["total_seconds"] = round(time.time() - started, 1)
+    facts["log_file"] = str(log_path)
+    facts["failed"] = None if failure is None else f"{type(failure).__name__}: {failure}"
+    write_summary(output_dir, facts)
+    if failure is not None:
+        raise failure
+    return facts
+
+
+def write_summary(output_dir: Path, facts: dict) -> Path:
+    """Writes run_summary.json atomically (record_counts and stage_seconds first)."""
+    ordered = {"record_counts": facts.get("record_counts", {}),
+               "stage_seconds": facts.get("stage_seconds", {})}
+    ordered.update(facts)
+    path = output_dir / SUMMARY_FILE
+    partial = path.with_suffix(".json.part")
+    partial.write_text(json.dumps(ordered, indent=1, default=str))
+    partial.replace(path)
+    return path

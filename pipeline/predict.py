@@ -1,0 +1,123 @@
+"""`cifar10-pipeline predict`: classify image files with the newest pushed model, on CPU."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ["CUDA_VISIBLE_DEVICES"] = ""  # serving is CPU-only by design
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+ACCEPTED_FORMATS = ("PNG", "JPEG")
+
+
+class ModelNotFoundError(RuntimeError):
+    pass
+
+
+def newest_version(model_dir: str) -> Path:
+    """`model_dir` itself if it is a SavedModel, else its highest numbered version."""
+    root = Path(model_dir)
+    if (root / "saved_model.pb").exists():
+        return root
+    versions = sorted((int(p.name), p) for p in root.glob("*")
+                      if p.name.isdigit() and (p / "saved_model.pb").exists()) if root.is_dir() else []
+    if not versions:
+        raise ModelNotFoundError(
+            f"{model_dir}: no pushed model version found; run `cifar10-pipeline run` first "
+            "or pass --model-dir")
+    return versions[-1][1]
+
+
+def check_image(path: str) -> bytes:
+    """The file's bytes if it is a PNG or JPEG image, else ValueError naming the problem."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        payload = Path(path).read_bytes()
+        with Image.open(io.BytesIO(payload)) as image:
+            image.verify()
+            if image.format not in ACCEPTED_FORMATS:
+                raise ValueError(f"{path}: {image.format} images are not supported "
+                                 f"(use PNG or JPEG)")
+    except (UnidentifiedImageError, OSError, SyntaxError) as err:
+        raise ValueError(f"{path}: not a PNG or JPEG image ({err})") from err
+    return payload
+
+
+class Classifier:
+    def __init__(self, version_dir: Path):
+        import tensorflow as tf
+
+        self.version_dir = version_dir
+        self._serve = tf.saved_model.load(str(version_dir)).signatures["serving_default"]
+        self._tf = tf
+
+    def probabilities(self, encoded_images: list[bytes]):
+        outputs = self._serve(images=self._tf.constant(encoded_images))
+        return outputs["probabilities"].numpy()
+
+
+def _encode_png(image) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def main(args: argparse.Namespace) -> int:
+    from components.cifar10_example_gen.sources import LABEL_NAMES, SourceError, load_arrays
+
+    try:
+        classifier = Classifier(newest_version(args.model_dir))
+    except ModelNotFoundError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"Model: {classifier.version_dir}", file=sys.stderr)
+
+    if args.samples:
+        from pipeline import data_source
+
+        try:
+            images, labels = load_arrays(data_source.resolve(args.data))["eval"]
+        except (SourceError, data_source.DataSourceError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        chosen = list(range(0, len(labels), max(1, len(labels) // args.samples)))[:args.samples]
+        probabilities = classifier.probabilities([_encode_png(images[i]) for i in chosen])
+        correct = 0
+        for index, row in zip(chosen, probabilities):
+            predicted, truth = LABEL_NAMES[row.argmax()], LABEL_NAMES[labels[index]]
+            correct += predicted == truth
+            mark = "ok " if predicted == truth else "MISS"
+            print(f"{mark} eval #{index:<5} true {truth:<10} predicted {predicted:<10} "
+                  f"({100 * row.max():.1f}%)")
+        print(f"{correct}/{len(chosen)} correct")
+        return 0
+
+    if not args.images:
+        print("error: give one or more IMAGE files, or --samples N", file=sys.stderr)
+        return 2
+    valid: list[tuple[str, bytes]] = []
+    failed = 0
+    for path in args.images:
+        try:
+            valid.append((path, check_image(path)))
+        except (ValueError, OSError) as err:
+            failed += 1
+            print(f"error: {err}", file=sys.stderr)
+    if valid:
+        probabilities = classifier.probabilities([payload for _, payload in valid])
+        for (path, _), row in zip(valid, probabilities):
+            top = row.argsort()[::-1][:args.top]
+            if args.json:
+                print(json.dumps({"file": path, "top": [
+                    {"class": LABEL_NAMES[i], "probability": round(float(row[i]), 4)} for i in top]}))
+            else:
+                print(f"{path}: " + ", ".join(f"{LABEL_NAMES[i]} {100 * row[i]:.1f}%" for i in top))
+    return 2 if failed else 0

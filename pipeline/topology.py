@@ -1,0 +1,146 @@
+"""The pipeline's DAG, the same for every runner: `create_pipeline(config)`.
+
+Ingest -> statistics -> curated schema -> validation -> gate -> train -> evaluate
+(against the accuracy gate and the last blessed model) -> push. Where a runner
+differs (the Vertex-backed Trainer and Pusher, Dataflow), `config` says so; the
+components and their wiring do not change.
+"""
+
+from __future__ import annotations
+
+import tensorflow_model_analysis as tfma
+from tfx import v1 as tfx
+from tfx.extensions.google_cloud_ai_platform import constants as vertex_constants
+from tfx.extensions.google_cloud_ai_platform.trainer import executor as vertex_trainer_executor
+
+from components.atomic_pusher.component import AtomicPusher
+from components.cifar10_example_gen.component import Cifar10ExampleGen
+from components.trainer.export import EXAMPLES_SIGNATURE, PROBABILITIES_KEY
+from components.validation_gate.component import DataValidationGate
+from pipeline.config import PipelineConfig, VertexConfig
+
+RUN_FN = "components.trainer.run.run_fn"
+LABEL_KEY = "label"
+
+
+def eval_config(accuracy_gate: float, max_regression: float) -> tfma.EvalConfig:
+    """Overall accuracy must clear the absolute gate and must not regress against the
+    baseline; per-class accuracy is reported (sliced by label) but not gated."""
+    accuracy = tfma.MetricConfig(
+        class_name="SparseCategoricalAccuracy",
+        per_slice_thresholds=[tfma.PerSliceMetricThreshold(
+            slicing_specs=[tfma.SlicingSpec()],
+            threshold=tfma.MetricThreshold(
+                value_threshold=tfma.GenericValueThreshold(lower_bound={"value": accuracy_gate}),
+                change_threshold=tfma.GenericChangeThreshold(
+                    direction=tfma.MetricDirection.HIGHER_IS_BETTER,
+                    absolute={"value": -max_regression})))])
+    return tfma.EvalConfig(
+        model_specs=[tfma.ModelSpec(signature_name=EXAMPLES_SIGNATURE, label_key=LABEL_KEY,
+                                    prediction_key=PROBABILITIES_KEY)],
+        slicing_specs=[tfma.SlicingSpec(), tfma.SlicingSpec(feature_keys=[LABEL_KEY])],
+        metrics_specs=[tfma.MetricsSpec(metrics=[
+            accuracy,
+            tfma.MetricConfig(class_name="ExampleCount"),
+            tfma.MetricConfig(class_name="MultiClassConfusionMatrixPlot"),
+        ])],
+    )
+
+
+def _vertex_training_args(vertex: VertexConfig) -> dict:
+    """Vertex CustomJob spec: one TPU worker running this project's image."""
+    return {
+        vertex_constants.ENABLE_VERTEX_KEY: True,
+        vertex_constants.VERTEX_REGION_KEY: vertex.region,
+        vertex_trainer_executor.TRAINING_ARGS_KEY: {
+            "project": vertex.project,
+            "worker_pool_specs": [{
+                "machine_spec": {
+                    "machine_type": vertex.machine_type,
+                    "accelerator_type": vertex.tpu_type,
+                    "accelerator_count": vertex.tpu_count,
+                },
+                "replica_count": 1,
+                "container_spec": {"image_uri": vertex.image},
+            }],
+        },
+    }
+
+
+def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
+    example_gen = Cifar10ExampleGen(
+        source_uri=config.source_uri,
+        source_fingerprint=config.source_fingerprint,
+        eval_fraction=config.eval_fraction,
+    )
+    schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_path)
+    statistics_gen = tfx.components.StatisticsGen(
+        examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"])
+    example_validator = tfx.components.ExampleValidator(
+        statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
+    validation_gate = DataValidationGate(
+        statistics=statistics_gen.outputs["statistics"],
+        anomalies=example_validator.outputs["anomalies"])
+
+    trainer_args = dict(
+        examples=example_gen.outputs["examples"],
+        schema=schema_gen.outputs["schema"],
+        run_fn=RUN_FN,
+        train_args=tfx.proto.TrainArgs(splits=["train"]),
+        eval_args=tfx.proto.EvalArgs(splits=["eval"]),
+    )
+    training_config = config.training.to_custom_config()
+    if config.vertex is not None:
+        trainer = tfx.extensions.google_cloud_ai_platform.Trainer(
+            **trainer_args,
+            custom_config={**_vertex_training_args(config.vertex), **training_config})
+    else:
+        trainer = tfx.components.Trainer(**trainer_args, custom_config=training_config)
+    trainer.add_upstream_node(validation_gate)
+
+    latest_blessed_model = tfx.dsl.Resolver(
+        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
+        model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
+        model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
+    ).with_id("latest_blessed_model_resolver")
+    evaluator = tfx.components.Evaluator(
+        examples=example_gen.outputs["examples"],
+        model=trainer.outputs["model"],
+        baseline_model=latest_blessed_model.outputs["model"],
+        example_splits=["eval"],
+        eval_config=eval_config(config.accuracy_gate, config.max_regression),
+    )
+
+    if config.vertex is not None and config.vertex.endpoint:
+        pusher = tfx.extensions.google_cloud_ai_platform.Pusher(
+            model=trainer.outputs["model"],
+            model_blessing=evaluator.outputs["blessing"],
+            custom_config={
+                vertex_constants.ENABLE_VERTEX_KEY: True,
+                vertex_constants.VERTEX_REGION_KEY: config.vertex.region,
+                vertex_constants.VERTEX_CONTAINER_IMAGE_URI_KEY:
+                    "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-16:latest",
+                vertex_constants.SERVING_ARGS_KEY: {
+                    "project_id": config.vertex.project,
+                    "endpoint_name": config.vertex.endpoint,
+                    "machine_type": "n1-standard-4",
+                },
+            })
+    else:
+        pusher = AtomicPusher(
+            model=trainer.outputs["model"],
+            model_blessing=evaluator.outputs["blessing"],
+            base_directory=f"{config.serving_dir.rstrip('/')}/{config.model_name}",
+        )
+
+    metadata = (tfx.orchestration.metadata.sqlite_metadata_connection_config(config.metadata_path)
+                if config.metadata_path else None)
+    return tfx.dsl.Pipeline(
+        pipeline_name=config.pipeline_name,
+        pipeline_root=config.pipeline_root,
+        components=[example_gen, schema_gen, statistics_gen, example_validator, validation_gate,
+                    trainer, latest_blessed_model, evaluator, pusher],
+        enable_cache=config.enable_cache,
+        metadata_connection_config=metadata,
+        beam_pipeline_args=list(config.beam_args),
+    )

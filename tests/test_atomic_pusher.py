@@ -1,0 +1,87 @@
+"""AtomicPusher: only blessed models, complete versions only, older versions kept."""
+
+import os
+
+import pytest
+from tfx.dsl.io import fileio
+from tfx.types import standard_artifacts
+
+from components.atomic_pusher import executor as pusher
+
+
+def _model(tmp_path, name="model"):
+    model = standard_artifacts.Model()
+    model.uri = str(tmp_path / name)
+    serving = tmp_path / name / "Format-Serving"
+    (serving / "variables").mkdir(parents=True)
+    (serving / "saved_model.pb").write_bytes(b"graph-" + name.encode())
+    (serving / "variables" / "variables.index").write_bytes(b"index")
+    return model
+
+
+def _blessing(tmp_path, blessed: bool):
+    blessing = standard_artifacts.ModelBlessing()
+    blessing.uri = str(tmp_path / f"blessing{int(blessed)}")
+    blessing.set_int_custom_property("blessed", int(blessed))
+    return blessing
+
+
+def _push(tmp_path, model, blessed, base):
+    pushed = standard_artifacts.PushedModel()
+    pushed.uri = str(tmp_path / "pushed")
+    pusher.Executor().Do({"model": [model], "model_blessing": [_blessing(tmp_path, blessed)]},
+                         {"pushed_model": [pushed]}, {pusher.BASE_DIRECTORY_KEY: str(base)})
+    return pushed
+
+
+def _versions(base):
+    return sorted(n for n in os.listdir(base) if n.isdigit()) if base.exists() else []
+
+
+def test_blessed_model_is_pushed_in_serving_layout(tmp_path):
+    base = tmp_path / "serving" / "cifar10"
+    pushed = _push(tmp_path, _model(tmp_path), True, base)
+    [version] = _versions(base)
+    assert (base / version / "saved_model.pb").read_bytes() == b"graph-model"
+    assert (base / version / "variables" / "variables.index").exists()
+    assert pushed.get_int_custom_property("pushed") == 1
+    assert pushed.get_string_custom_property("pushed_destination") == str(base / version)
+
+
+def test_unblessed_model_is_not_pushed_and_old_versions_stay(tmp_path):
+    base = tmp_path / "serving" / "cifar10"
+    _push(tmp_path, _model(tmp_path, "first"), True, base)
+    before = _versions(base)
+    pushed = _push(tmp_path, _model(tmp_path, "second"), False, base)
+    assert _versions(base) == before
+    assert pushed.get_int_custom_property("pushed") == 0
+
+
+def test_new_model_adds_a_higher_version_and_same_model_adds_none(tmp_path):
+    base = tmp_path / "serving" / "cifar10"
+    first = _model(tmp_path, "first")
+    _push(tmp_path, first, True, base)
+    _push(tmp_path, _model(tmp_path, "second"), True, base)
+    versions = _versions(base)
+    assert len(versions) == 2 and int(versions[1]) > int(versions[0])
+    _push(tmp_path, first, True, base)  # a rerun re-blessing an already served model
+    assert _versions(base) == versions
+
+
+def test_push_that_fails_midway_leaves_no_partial_version(tmp_path, monkeypatch):
+    base = tmp_path / "serving" / "cifar10"
+    real_copy = pusher.io_utils.fileio.copy
+
+    def copy_then_die(src, dst, *args, **kwargs):
+        if str(src).endswith("saved_model.pb"):
+            raise OSError("disk full (simulated)")
+        return real_copy(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(pusher.io_utils.fileio, "copy", copy_then_die)
+    with pytest.raises(OSError, match="disk full"):
+        _push(tmp_path, _model(tmp_path), True, base)
+    assert _versions(base) == []  # only the hidden staging folder exists
+    monkeypatch.setattr(pusher.io_utils.fileio, "copy", real_copy)
+    _push(tmp_path, _model(tmp_path, "again"), True, base)  # the next push cleans up
+    assert len(_versions(base)) == 1
+    assert not [n for n in os.listdir(base) if n.startswith(pusher.STAGING_PREFIX)]

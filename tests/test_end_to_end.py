@@ -1,0 +1,152 @@
+"""The whole local pipeline through the CLI on a tiny generated archive: a blessed push,
+predict in a fresh CPU-only process, a cache-hit rerun, an undertrained model that the
+gate refuses, data that fails validation, and a corrupt archive."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cifar_fixtures as fx
+
+STAGES = ["Cifar10ExampleGen", "ImportSchemaGen", "StatisticsGen", "ExampleValidator",
+          "DataValidationGate", "Trainer", "Evaluator", "AtomicPusher"]
+FAST = ["--epochs", "3", "--per-replica-batch-size", "64"]
+
+
+def cli(*args, timeout=900):
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("CIFAR10_DATA", None)
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *map(str, args)],
+                          capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def versions(out: Path):
+    base = out / "serving" / "cifar10"
+    return sorted(p.name for p in base.iterdir() if p.name.isdigit()) if base.exists() else []
+
+
+@pytest.fixture(scope="module")
+def tiny_archive(tmp_path_factory):
+    return fx.binary_archive(tmp_path_factory.mktemp("data") / "cifar.tar.gz",
+                             batches=2, per_class=60)
+
+
+@pytest.fixture(scope="module")
+def first_run(tiny_archive, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    done = cli("run", "--data", tiny_archive, "--output-dir", out, "--accuracy-gate", "0.5", *FAST)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return out, json.loads((out / "run_summary.json").read_text()), done
+
+
+def test_run_blesses_and_pushes_with_a_full_summary(first_run):
+    out, summary, done = first_run
+    assert list(summary)[:2] == ["record_counts", "stage_seconds"]
+    assert summary["record_counts"] == {"train": 1080, "eval": 120}
+    assert set(STAGES) <= set(summary["stage_seconds"])
+    assert summary["strategy"] == "default" and summary["replicas"] == 1
+    assert summary["global_batch_size"] == 64 and summary["epochs"] == 3
+    assert 0.5 <= summary["eval_accuracy"] <= 1.0
+    assert len(summary["per_class_accuracy"]) == 10
+    assert summary["blessed"] is True
+    pushed = Path(summary["pushed_version_dir"])
+    assert pushed.parent == out / "serving" / "cifar10" and (pushed / "saved_model.pb").exists()
+    assert "BLESSED" in done.stdout and str(pushed) in done.stdout
+
+
+def test_predict_in_a_fresh_cpu_process_matches_the_trainer_model(first_run, tmp_path):
+    import tensorflow as tf
+    from PIL import Image
+
+    out, summary, _ = first_run
+    labels = fx.balanced_labels(2, seed=5)
+    images = fx.make_images(labels, seed=5)
+    files = []
+    for i, image in enumerate(images):
+        files.append(tmp_path / f"img{i}.png")
+        Image.fromarray(image).save(files[-1])
+    (tmp_path / "notes.png").write_text("not an image")
+    done = cli("predict", "--model-dir", out / "serving" / "cifar10", "--json", "--top", "1",
+               *files, tmp_path / "notes.png")
+    assert done.returncode == 2  # one file failed, the others were classified
+    assert "notes.png: not a PNG or JPEG image" in done.stderr
+    predicted = [json.loads(line)["top"][0]["class"] for line in done.stdout.splitlines()]
+    assert len(predicted) == len(files)
+
+    [model_dir] = (out / "artifacts" / "Trainer" / "model").glob("*/Format-Serving")
+    serve = tf.saved_model.load(str(model_dir)).signatures["serving_examples"]
+    examples = [tf.train.Example(features=tf.train.Features(feature={"image_raw": tf.train.Feature(
+        bytes_list=tf.train.BytesList(value=[image.tobytes()]))})).SerializeToString()
+        for image in images]
+    in_process = [c.decode() for c in serve(examples=tf.constant(examples))["classes"].numpy()]
+    assert predicted == in_process
+
+
+def test_rerun_is_a_cache_hit_that_trains_and_pushes_nothing(first_run, tiny_archive):
+    out, _, _ = first_run
+    before = versions(out)
+    done = cli("run", "--data", tiny_archive, "--output-dir", out, "--accuracy-gate", "0.5", *FAST)
+    assert done.returncode == 0, done.stderr[-4000:]
+    summary = json.loads((out / "run_summary.json").read_text())
+    for stage in ("Cifar10ExampleGen", "StatisticsGen", "Trainer"):
+        assert summary["stage_states"][stage] == "cached"
+    assert versions(out) == before
+    assert "Trainer reused its model" in done.stdout
+
+
+def test_undertrained_model_is_not_blessed_and_nothing_is_pushed(first_run, tiny_archive):
+    out, _, _ = first_run
+    before = versions(out)
+    served = (out / "serving" / "cifar10" / before[-1] / "saved_model.pb").read_bytes()
+    done = cli("run", "--data", tiny_archive, "--output-dir", out, "--accuracy-gate", "0.8",
+               "--epochs", "1", "--learning-rate", "1e-7", "--per-replica-batch-size", "64")
+    assert done.returncode == 4, done.stderr[-4000:]
+    summary = json.loads((out / "run_summary.json").read_text())
+    assert summary["blessed"] is False and summary["pushed"] is False
+    assert summary["eval_accuracy"] < 0.8
+    assert any("accuracy gate" in failure for failure in summary["gate_failures"])
+    assert "NOT BLESSED" in done.stdout and "the previously served version stays" in done.stdout
+    assert versions(out) == before
+    assert (out / "serving" / "cifar10" / before[-1] / "saved_model.pb").read_bytes() == served
+
+
+def test_data_that_fails_validation_stops_before_training(tmp_path):
+    root = fx.image_folder(tmp_path / "images", per_class=2)
+    for picture in (root / "test" / "frog").iterdir():
+        picture.unlink()
+    (root / "test" / "frog").rmdir()
+    done = cli("run", "--data", root, "--output-dir", tmp_path / "out", *FAST)
+    assert done.returncode == 3, done.stderr[-4000:]
+    assert "split 'eval', feature 'label': classes [6] are absent" in done.stderr
+    summary = json.loads((tmp_path / "out" / "run_summary.json").read_text())
+    assert "Trainer" not in summary["stage_seconds"]
+
+
+def test_corrupt_archive_fails_cleanly_and_registers_nothing(tiny_archive, tmp_path):
+    broken = tmp_path / "broken.tar.gz"
+    broken.write_bytes(tiny_archive.read_bytes()[:100_000])
+    done = cli("run", "--data", broken, "--output-dir", tmp_path / "out", *FAST)
+    assert done.returncode == 2
+    assert f"error: {broken}: corrupt or truncated archive" in done.stderr
+    assert "Traceback" not in done.stderr
+    summary = json.loads((tmp_path / "out" / "run_summary.json").read_text())
+    assert summary["record_counts"] == {}
+
+
+def test_offline_download_names_the_url_and_the_option(tmp_path):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    env.pop("CIFAR10_DATA", None)
+    done = subprocess.run(
+        [sys.executable, "-c",
+         "from pipeline import data_source as d; d.OFFICIAL_URL = 'http://127.0.0.1:9/c.tar.gz';"
+         "import sys; from pipeline.cli import main; sys.exit(main(['run', '--output-dir', "
+         f"'{tmp_path}/out']))"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 2
+    assert "could not download http://127.0.0.1:9/c.tar.gz" in done.stderr
+    assert "--data" in done.stderr and "Traceback" not in done.stderr
+    assert not list(tmp_path.rglob("*.part"))

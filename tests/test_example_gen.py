@@ -1,0 +1,69 @@
+"""Cifar10ExampleGen: the Beam source with assert_that, and Executor.Do on fixture artifacts."""
+
+import os
+
+import apache_beam as beam
+import pytest
+import tensorflow as tf
+from apache_beam.testing.util import assert_that, equal_to
+from tfx.proto import example_gen_pb2
+from tfx.types import artifact_utils, standard_artifacts
+from tfx.utils import proto_utils
+
+import cifar_fixtures as fx
+from components.cifar10_example_gen import sources
+from components.cifar10_example_gen.component import Cifar10ExampleGen
+from components.cifar10_example_gen.executor import Executor, ReadCifar10Split
+
+
+def _exec_properties(source, fraction=0.1):
+    component = Cifar10ExampleGen(source_uri=str(source), source_fingerprint="x",
+                                  eval_fraction=fraction)
+    return {k: v if isinstance(v, (str, int, float)) else proto_utils.proto_to_json(v)
+            for k, v in component.exec_properties.items()}
+
+
+def _labels_of(example: tf.train.Example) -> int:
+    return example.features.feature["label"].int64_list.value[0]
+
+
+def test_beam_source_emits_each_split(tmp_path):
+    archive = fx.binary_archive(tmp_path / "c.tar.gz", batches=2, per_class=10)
+    props = _exec_properties(archive)
+    expected = sources.load_arrays(str(archive))
+    for split in ("train", "eval"):
+        with beam.Pipeline() as pipeline:
+            labels = (pipeline | ReadCifar10Split(props, split) | beam.Map(_labels_of))
+            assert_that(labels, equal_to(expected[split][1].tolist()))
+
+
+def _read_split(artifact, split):
+    files = tf.io.gfile.glob(os.path.join(artifact_utils.get_split_uri([artifact], split), "*"))
+    return [tf.train.Example.FromString(r.numpy())
+            for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+
+
+def test_executor_writes_gzipped_tfrecords_per_split(tmp_path):
+    archive = fx.python_archive(tmp_path / "c.tar.gz", batches=1, per_class=6, with_test=True)
+    examples = standard_artifacts.Examples()
+    examples.uri = str(tmp_path / "out")
+    Executor().Do({}, {"examples": [examples]}, _exec_properties(archive))
+    assert artifact_utils.decode_split_names(examples.split_names) == ["train", "eval"]
+    train, evals = _read_split(examples, "train"), _read_split(examples, "eval")
+    assert (len(train), len(evals)) == (60, 60)  # the test batch is the eval split
+    first = train[0].features.feature
+    assert len(first["image_raw"].bytes_list.value[0]) == 3072
+    assert 0 <= first["label"].int64_list.value[0] <= 9
+    ids = {e.features.feature["record_id"].bytes_list.value[0] for e in train + evals}
+    assert len(ids) == 120
+
+
+def test_executor_refuses_bad_source_before_writing_anything(tmp_path):
+    payload = bytearray(fx.binary_batch(fx.balanced_labels(1)))
+    payload[0] = 10
+    archive = fx.write_tar(tmp_path / "c.tar.gz", {"b/data_batch_1.bin": bytes(payload)})
+    examples = standard_artifacts.Examples()
+    examples.uri = str(tmp_path / "out")
+    with pytest.raises(sources.SourceError, match=r"data_batch_1\.bin: record 0 has label 10"):
+        Executor().Do({}, {"examples": [examples]}, _exec_properties(archive))
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,154 @@
+"""Readers of the three CIFAR-10 layouts, the eval carve, and every kind of bad input."""
+
+import gzip
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+import cifar_fixtures as fx
+from components.cifar10_example_gen import sources
+
+
+def _expected_images(per_class, seed):
+    labels = fx.balanced_labels(per_class, seed)
+    return labels, fx.make_images(labels, seed)
+
+
+@pytest.mark.parametrize("maker", [fx.binary_archive, fx.python_archive])
+def test_archive_readers_decode_labels_and_hwc_pixels(tmp_path, maker):
+    archive = maker(tmp_path / "cifar.tar.gz", batches=1, per_class=4)
+    shards = sources.list_shards(str(archive))
+    assert [s.split for s in shards] == ["train"]
+    records = list(sources.read_shard(shards[0]))
+    labels, images = _expected_images(4, seed=1)
+    assert [r.label for r in records] == labels.tolist()
+    assert records[5].image == images[5].tobytes()
+    assert records[5].record_id.endswith(":5")
+
+
+def test_extracted_folder_reads_like_the_archive(tmp_path):
+    archive = fx.binary_archive(tmp_path / "cifar.tar.gz", batches=2, per_class=3, with_test=True)
+    import tarfile
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path / "x")
+    from_dir = sources.load_arrays(str(tmp_path / "x" / "cifar-10-batches-bin"))
+    from_tar = sources.load_arrays(str(archive))
+    for split in ("train", "eval"):
+        np.testing.assert_array_equal(from_dir[split][0], from_tar[split][0])
+
+
+def test_test_batch_becomes_eval_split(tmp_path):
+    archive = fx.binary_archive(tmp_path / "c.tar.gz", batches=2, per_class=5, with_test=True)
+    arrays = sources.load_arrays(str(archive))
+    assert len(arrays["train"][1]) == 100 and len(arrays["eval"][1]) == 50
+
+
+def test_eval_carve_is_class_balanced_and_deterministic(tmp_path):
+    archive = fx.binary_archive(tmp_path / "c.tar.gz", batches=2, per_class=20)
+    first = sources.load_arrays(str(archive), eval_fraction=0.1)
+    second = sources.load_arrays(str(archive), eval_fraction=0.1)
+    np.testing.assert_array_equal(first["eval"][0], second["eval"][0])
+    assert np.bincount(first["eval"][1], minlength=10).tolist() == [4] * 10
+    assert len(first["train"][1]) == 360
+
+
+def test_image_folder_layout(tmp_path):
+    root = fx.image_folder(tmp_path / "imgs", per_class=2)
+    arrays = sources.load_arrays(str(root))
+    assert len(arrays["train"][1]) == 20 and len(arrays["eval"][1]) == 20
+    labels, images = _expected_images(2, seed=0)
+    first = [s for s in sources.list_shards(str(root)) if s.split == "train"][0]
+    record = next(sources.read_shard(first))
+    index = int(os.path.basename(record.record_id).split(".")[0])
+    assert record.label == labels[index] == 0
+    assert record.image == images[index].tobytes()
+
+
+# ---- bad input: one clear error that names the file and the problem ----
+
+def test_batch_length_not_a_multiple_of_the_record_size(tmp_path):
+    payload = fx.binary_batch(fx.balanced_labels(1)) + b"\x00" * 7
+    archive = fx.write_tar(tmp_path / "c.tar.gz", {"b/data_batch_1.bin": payload})
+    with pytest.raises(sources.SourceError, match=r"data_batch_1\.bin: 30737 bytes is not a"):
+        list(sources.read_shard(sources.list_shards(str(archive))[0]))
+
+
+def test_label_above_nine(tmp_path):
+    payload = bytearray(fx.binary_batch(fx.balanced_labels(1)))
+    payload[3073 * 4] = 12
+    archive = fx.write_tar(tmp_path / "c.tar.gz", {"b/data_batch_1.bin": bytes(payload)})
+    with pytest.raises(sources.SourceError, match=r"data_batch_1\.bin: record 4 has label 12"):
+        list(sources.read_shard(sources.list_shards(str(archive))[0]))
+
+
+def test_truncated_gzip(tmp_path):
+    archive = fx.binary_archive(tmp_path / "c.tar.gz", batches=1, per_class=5)
+    data = archive.read_bytes()
+    archive.write_bytes(data[: len(data) // 2])
+    with pytest.raises(sources.SourceError, match=r"c\.tar\.gz: corrupt or truncated archive"):
+        sources.list_shards(str(archive))
+
+
+def test_corrupt_gzip(tmp_path):
+    archive = tmp_path / "c.tar.gz"
+    archive.write_bytes(gzip.compress(b"x" * 1000)[:20] + b"garbage" * 100)
+    with pytest.raises(sources.SourceError, match="corrupt or truncated archive"):
+        sources.list_shards(str(archive))
+
+
+def test_archive_without_data_batch(tmp_path):
+    archive = fx.write_tar(tmp_path / "c.tar.gz", {"cifar-10-batches-bin/readme.txt": b"hi"})
+    with pytest.raises(sources.SourceError, match=r"c\.tar\.gz: no CIFAR-10 training data"):
+        sources.list_shards(str(archive))
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (os.system, ("touch pwned",))
+
+
+def test_pickle_with_disallowed_global_is_refused_without_running(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    payload = pickle.dumps({b"data": _Exploit(), b"labels": []}, protocol=2)
+    archive = fx.write_tar(tmp_path / "c.tar.gz", {"cifar-10-batches-py/data_batch_1": payload})
+    with pytest.raises(sources.SourceError,
+                       match=r"data_batch_1: .*refused to load global '(posix|os)\.system'"):
+        list(sources.read_shard(sources.list_shards(str(archive))[0]))
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_image_of_the_wrong_size(tmp_path):
+    root = fx.image_folder(tmp_path / "imgs", per_class=1, splits=("train",), size=40)
+    shard = sources.list_shards(str(root))[0]
+    with pytest.raises(sources.SourceError, match=r"train/airplane/\d+\.png: image is 40x40"):
+        list(sources.read_shard(shard))
+
+
+def test_file_that_is_not_an_image(tmp_path):
+    root = fx.image_folder(tmp_path / "imgs", per_class=1, splits=("train",))
+    (root / "train" / "cat" / "broken.png").write_bytes(b"not a png")
+    shard = [s for s in sources.list_shards(str(root)) if s.member.endswith("cat")][0]
+    with pytest.raises(sources.SourceError, match=r"cat/broken\.png: not a readable"):
+        list(sources.read_shard(shard))
+
+
+def test_unknown_class_folder(tmp_path):
+    root = fx.image_folder(tmp_path / "imgs", per_class=1, splits=("train",))
+    (root / "train" / "unicorn").mkdir()
+    (root / "train" / "unicorn" / "a.png").write_bytes(b"")
+    with pytest.raises(sources.SourceError, match="unknown class folder 'unicorn'"):
+        sources.list_shards(str(root))
+
+
+def test_missing_path(tmp_path):
+    with pytest.raises(sources.SourceError, match="nope.tar.gz: no such file"):
+        sources.list_shards(str(tmp_path / "nope.tar.gz"))
+
+
+def test_fingerprint_changes_when_the_data_changes(tmp_path):
+    archive = fx.binary_archive(tmp_path / "c.tar.gz", batches=1, per_class=2)
+    before = sources.fingerprint(str(archive))
+    fx.binary_archive(tmp_path / "c.tar.gz", batches=1, per_class=3)
+    assert sources.fingerprint(str(archive)) != before

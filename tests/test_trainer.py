@@ -1,0 +1,143 @@
+"""Trainer: strategy factory, an 8-replica MirroredStrategy run on CPU, and the export
+round trip in a fresh CPU-only process."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import cifar_fixtures as fx
+from components.trainer import strategy as strategies
+from components.trainer.keras import tf
+
+
+def test_default_and_auto_on_a_cpu_only_machine(monkeypatch):
+    for name in strategies.TPU_ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    assert strategies.strategy_kind(strategies.create_strategy("default")) == "default"
+    auto = strategies.create_strategy("auto")
+    assert strategies.strategy_kind(auto) == "default" and auto.num_replicas_in_sync == 1
+
+
+def test_mirrored_on_one_cpu_device():
+    mirrored = strategies.create_strategy("mirrored")
+    assert strategies.strategy_kind(mirrored) == "mirrored"
+    assert mirrored.num_replicas_in_sync == 1
+
+
+def test_tpu_without_a_tpu_is_a_clear_error(monkeypatch):
+    for name in strategies.TPU_ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(strategies.StrategyError, match="strategy 'tpu' needs a TPU"):
+        strategies.create_strategy("tpu")
+    with pytest.raises(strategies.StrategyError, match="no TPU reachable at 'local'"):
+        strategies.create_strategy("tpu", tpu="local")
+
+
+def test_multi_worker_needs_tf_config(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(strategies.StrategyError, match="TF_CONFIG"):
+        strategies.create_strategy("multi_worker")
+
+
+def test_precision_policy():
+    default = tf.distribute.get_strategy()
+    assert strategies.mixed_precision_policy("auto", default) == "mixed_bfloat16"
+    assert strategies.mixed_precision_policy("float32", default) == "float32"
+
+
+def _write_split(path, labels, seed):
+    images = fx.make_images(labels, seed)
+    with tf.io.TFRecordWriter(str(path), options="GZIP") as writer:
+        for i, (image, label) in enumerate(zip(images, labels)):
+            writer.write(tf.train.Example(features=tf.train.Features(feature={
+                "image_raw": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()])),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+                "record_id": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"%d" % i])),
+            })).SerializeToString())
+    return images, labels
+
+
+TRAIN_IN_FRESH_PROCESS = textwrap.dedent("""
+    import json, sys
+    from tfx.components.trainer.fn_args_utils import FnArgs
+    from components.trainer.run import run_fn
+    root = sys.argv[1]
+    run_fn(FnArgs(train_files=[root + "/train.gz"], eval_files=[root + "/eval.gz"],
+                  serving_model_dir=root + "/serving", model_run_dir=root + "/run/7",
+                  custom_config=json.loads(sys.argv[2])))
+""")
+
+ROUND_TRIP_IN_FRESH_PROCESS = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import tensorflow as tf
+    assert not tf.config.list_physical_devices("GPU")
+    model = tf.saved_model.load(sys.argv[1])
+    pngs = [open(p, "rb").read() for p in sys.argv[3:]]
+    examples = open(sys.argv[2], "rb").read().split(b"@@SEP@@")
+    by_image = model.signatures["serving_default"](images=tf.constant(pngs))
+    by_example = model.signatures["serving_examples"](examples=tf.constant(examples))
+    print(json.dumps({
+        "images": by_image["probabilities"].numpy().tolist(),
+        "examples": by_example["probabilities"].numpy().tolist(),
+        "classes": [c.decode() for c in by_image["classes"].numpy()],
+    }))
+""")
+
+
+def _run(code, *args, env_extra=None):
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **(env_extra or {})}
+    done = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True,
+                          text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Two epochs under MirroredStrategy with 8 logical CPU replicas, 16 images each."""
+    root = tmp_path_factory.mktemp("trainer")
+    _write_split(root / "train.gz", fx.balanced_labels(40, seed=1), seed=1)
+    eval_images, eval_labels = _write_split(root / "eval.gz", fx.balanced_labels(4, seed=2), 2)
+    config = {"strategy": "mirrored", "cpu_replicas": 8, "per_replica_batch_size": 16,
+              "epochs": 3}
+    _run(TRAIN_IN_FRESH_PROCESS, root, json.dumps(config))
+    return root, eval_images, eval_labels
+
+
+def test_eight_replica_mirrored_training(trained):
+    root, _, _ = trained
+    summary = json.loads((root / "run" / "7" / "training_summary.json").read_text())
+    assert summary["strategy"] == "mirrored" and summary["replicas"] == 8
+    assert summary["global_batch_size"] == 8 * 16
+    history = json.loads((root / "run" / "7" / "history.json").read_text())
+    assert [e["epoch"] for e in history] == [1, 2, 3]
+    assert history[-1]["loss"] < history[0]["loss"]
+    assert (root / "run" / "7" / "logs").is_dir()  # TensorBoard
+
+
+def test_export_round_trip_in_a_cpu_only_process(trained, tmp_path):
+    from PIL import Image
+
+    root, images, labels = trained
+    paths = []
+    for i, image in enumerate(images[:6]):
+        paths.append(tmp_path / f"{i}.png")
+        Image.fromarray(image).save(paths[-1])
+    examples = [tf.train.Example(features=tf.train.Features(feature={
+        "image_raw": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()]))}
+    )).SerializeToString() for image in images[:6]]
+    (tmp_path / "examples.bin").write_bytes(b"@@SEP@@".join(examples))
+    out = json.loads(_run(ROUND_TRIP_IN_FRESH_PROCESS, root / "serving",
+                          tmp_path / "examples.bin", *paths).strip().splitlines()[-1])
+    by_image, by_example = np.array(out["images"]), np.array(out["examples"])
+    assert by_image.shape == (6, 10)
+    np.testing.assert_allclose(by_image.sum(axis=1), 1.0, atol=1e-4)
+    np.testing.assert_allclose(by_image, by_example, atol=1e-5)
+    assert out["classes"] == [fx.LABEL_NAMES[i] for i in by_image.argmax(axis=1)]

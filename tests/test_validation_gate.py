@@ -1,0 +1,96 @@
+"""DataValidationGate on real TFDV statistics and anomalies, computed against the curated
+schema: clean data passes, each planted problem stops the run and is named."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_data_validation as tfdv
+from tfx.types import artifact_utils, standard_artifacts
+
+import cifar_fixtures as fx
+from components.validation_gate.checks import DataValidationError
+from components.validation_gate.executor import Executor
+from pipeline.config import SCHEMA_PATH
+
+
+def _example(image: bytes, label: int, record_id: str) -> bytes:
+    return tf.train.Example(features=tf.train.Features(feature={
+        "image_raw": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image])),
+        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+        "record_id": tf.train.Feature(bytes_list=tf.train.BytesList(value=[record_id.encode()])),
+    })).SerializeToString()
+
+
+def _clean_split(per_class=3, seed=0):
+    labels = fx.balanced_labels(per_class, seed)
+    images = fx.make_images(labels, seed)
+    return [(img.tobytes(), int(lab)) for img, lab in zip(images, labels)]
+
+
+def _artifacts(tmp_path, splits):
+    """Statistics and anomalies artifacts laid out as StatisticsGen/ExampleValidator do."""
+    schema = tfdv.load_schema_text(str(SCHEMA_PATH))
+    statistics = standard_artifacts.ExampleStatistics()
+    statistics.uri = str(tmp_path / "stats")
+    anomalies = standard_artifacts.ExampleAnomalies()
+    anomalies.uri = str(tmp_path / "anomalies")
+    for artifact in (statistics, anomalies):
+        artifact.split_names = artifact_utils.encode_split_names(list(splits))
+    for split, records in splits.items():
+        data = tmp_path / f"{split}.tfrecord"
+        with tf.io.TFRecordWriter(str(data)) as writer:
+            for i, (image, label) in enumerate(records):
+                writer.write(_example(image, label, f"{split}:{i}"))
+        stats = tfdv.generate_statistics_from_tfrecord(
+            str(data), stats_options=tfdv.StatsOptions(schema=schema))
+        found = tfdv.validate_statistics(stats, schema)
+        for artifact, name, proto in ((statistics, "FeatureStats.pb", stats),
+                                      (anomalies, "SchemaDiff.pb", found)):
+            folder = artifact_utils.get_split_uri([artifact], split)
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, name), "wb") as handle:
+                handle.write(proto.SerializeToString())
+    return {"statistics": [statistics], "anomalies": [anomalies]}
+
+
+def test_clean_data_passes(tmp_path):
+    Executor().Do(_artifacts(tmp_path, {"train": _clean_split(), "eval": _clean_split(seed=1)}),
+                  {}, {})
+
+
+def test_label_out_of_range_stops_the_run(tmp_path):
+    train = _clean_split()
+    train[0] = (train[0][0], 12)
+    with pytest.raises(DataValidationError, match="split 'train', feature 'label'"):
+        Executor().Do(_artifacts(tmp_path, {"train": train, "eval": _clean_split(seed=1)}), {}, {})
+
+
+def test_wrong_image_size_stops_the_run(tmp_path):
+    evals = _clean_split(seed=1)
+    evals[3] = (evals[3][0][:3000], evals[3][1])
+    with pytest.raises(DataValidationError,
+                       match=r"split 'eval', feature 'image_raw': images are 3000 to 3072 bytes"):
+        Executor().Do(_artifacts(tmp_path, {"train": _clean_split(), "eval": evals}), {}, {})
+
+
+def test_missing_class_stops_the_run(tmp_path):
+    evals = [r for r in _clean_split(seed=1) if r[1] != 7]
+    with pytest.raises(DataValidationError, match=r"split 'eval', feature 'label': classes \[7\]"):
+        Executor().Do(_artifacts(tmp_path, {"train": _clean_split(), "eval": evals}), {}, {})
+
+
+def test_empty_split_stops_the_run(tmp_path):
+    with pytest.raises(DataValidationError, match="split 'eval'"):
+        Executor().Do(_artifacts(tmp_path, {"train": _clean_split(), "eval": []}), {}, {})
+
+
+def test_every_problem_is_listed(tmp_path):
+    train = _clean_split()
+    train[0] = (train[0][0][:100], 11)
+    with pytest.raises(DataValidationError) as caught:
+        Executor().Do(_artifacts(tmp_path, {"train": train, "eval": _clean_split(seed=1)}), {}, {})
+    message = str(caught.value)
+    assert "feature 'label'" in message and "feature 'image_raw'" in message
+    assert np.char.count(message, "\n  - ") >= 2
