@@ -19,8 +19,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int)
     parser.add_argument("--batch", type=int)
     parser.add_argument("--lr", type=float)
-    parser.add_argument("--widths", default="64,128,256")
+    parser.add_argument("--widths", default="32,64,128")
     parser.add_argument("--precision", default="mixed_bfloat16")
+    parser.add_argument("--wd", type=float, help="override the recipe's weight decay")
     parser.add_argument("--limit", type=int, default=0, help="train on the first N images")
     args = parser.parse_args()
 
@@ -32,6 +33,9 @@ def main() -> None:
         x_train, y_train = x_train[:args.limit], y_train[:args.limit]
     print(f"loaded {len(x_train)} train / {len(x_eval)} eval in {time.time() - started:.1f}s")
     recipe = model.RECIPES[args.model]
+    if args.wd is not None:
+        import dataclasses
+        recipe = dataclasses.replace(recipe, weight_decay=args.wd)
     epochs = args.epochs or recipe.epochs
     batch = args.batch or recipe.per_replica_batch_size
     if args.model == "airbench":

@@ -4,7 +4,6 @@ classify images with the pushed model."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -76,7 +75,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"Data: {source}\nOutput: {output_dir}", file=sys.stderr)
         with local_runner.exclusive_output_dir(output_dir):
             facts = local_runner.run(config, output_dir)
-    except (data_source.DataSourceError, SourceError, local_runner.RunLockedError,
+    except (data_source.DataSourceError, SourceError, local_runner.OutputDirError,
             ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -95,6 +94,8 @@ def cmd_run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_ERROR
     print(report_text.render(facts))
+    if facts.get("report"):
+        print(f"report         {facts['report']}")
     if facts.get("blessed") is False:
         return EXIT_NOT_BLESSED
     return EXIT_OK
@@ -141,6 +142,18 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     print(f"Submitted {name}\nhttps://console.cloud.google.com/vertex-ai/locations/"
           f"{args.region}/pipelines/runs/{name.rsplit('/', 1)[-1]}?project={args.project}")
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pipeline import report
+
+    try:
+        path = report.build_report(Path(args.run_dir).resolve())
+    except FileNotFoundError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"Wrote {path}")
     return EXIT_OK
 
 
@@ -223,6 +236,14 @@ def build_parser() -> argparse.ArgumentParser:
                                     "no network")
     submit_parser.add_argument("--api-endpoint", default="", help=argparse.SUPPRESS)
     submit_parser.set_defaults(func=cmd_submit)
+
+    report_parser = commands.add_parser(
+        "report", help="(re)write RUN_DIR/report.html from a finished run",
+        description="Writes a self-contained HTML page (data, training curves, evaluation, "
+                    "verdict) from RUN_DIR/run_summary.json and the run's artifacts.")
+    report_parser.add_argument("run_dir", metavar="RUN_DIR", nargs="?",
+                               default=str(DEFAULT_OUTPUT_DIR))
+    report_parser.set_defaults(func=cmd_report)
 
     predict_parser = commands.add_parser(
         "predict", help="classify image files with the newest pushed model, on CPU",

@@ -19,7 +19,11 @@ LOCK_FILE = ".run.lock"
 DEFAULT_BEAM_ARGS = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
 
 
-class RunLockedError(RuntimeError):
+class OutputDirError(RuntimeError):
+    """The output directory cannot be used; the message says why."""
+
+
+class RunLockedError(OutputDirError):
     """Another run holds the output directory."""
 
 
@@ -27,8 +31,13 @@ class RunLockedError(RuntimeError):
 def exclusive_output_dir(output_dir: Path) -> Iterator[None]:
     """An advisory lock so two runs never share one metadata store; released on exit,
     also when the process is killed."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    with open(output_dir / LOCK_FILE, "a+") as handle:
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        handle = open(output_dir / LOCK_FILE, "a+")
+    except OSError as err:
+        raise OutputDirError(
+            f"cannot use output directory {output_dir}: {err.strerror or err}") from err
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as err:
@@ -117,7 +126,7 @@ def run(config: PipelineConfig, output_dir: Path) -> dict:
     """Runs the pipeline and returns (and writes) the run summary."""
     from tfx import v1 as tfx
 
-    from pipeline import summary
+    from pipeline import report, summary
     from pipeline.topology import create_pipeline
 
     started = time.time()
@@ -129,11 +138,16 @@ def run(config: PipelineConfig, output_dir: Path) -> dict:
             tfx.orchestration.LocalDagRunner().run(create_pipeline(config))
         except BaseException as err:  # summarise what did run, then re-raise
             failure = err
-    facts = summary.collect(config.metadata_path)
-    facts["total_seconds"] = round(time.time() - started, 1)
-    facts["log_file"] = str(log_path)
-    facts["failed"] = None if failure is None else f"{type(failure).__name__}: {failure}"
-    write_summary(output_dir, facts)
+        facts = summary.collect(config.metadata_path)
+        facts["total_seconds"] = round(time.time() - started, 1)
+        facts["log_file"] = str(log_path)
+        facts["failed"] = None if failure is None else f"{type(failure).__name__}: {failure}"
+        facts.update(source=config.source_uri, accuracy_gate=config.accuracy_gate)
+        write_summary(output_dir, facts)
+        try:
+            facts["report"] = str(report.build_report(output_dir))
+        except Exception as err:  # noqa: BLE001 - a broken report must not hide the outcome
+            print(f"warning: could not write the report: {err}", file=sys.stderr)
     if failure is not None:
         raise failure
     return facts

@@ -86,6 +86,12 @@ def collect(metadata_path: str) -> dict[str, Any]:
     examples = outputs.get("Cifar10ExampleGen", {}).get("examples")
     if examples is not None:
         summary["record_counts"] = {s: _count_records(examples.uri, s) for s in ("train", "eval")}
+    artifact_uris = {"examples": ("Cifar10ExampleGen", "examples"),
+                     "statistics": ("StatisticsGen", "statistics"),
+                     "anomalies": ("ExampleValidator", "anomalies"),
+                     "model": ("Trainer", "model")}
+    summary["artifacts"] = {name: outputs[node][key].uri for name, (node, key)
+                            in artifact_uris.items() if key in outputs.get(node, {})}
     model = outputs.get("Trainer", {}).get("model_run")
     if model is not None:
         training = _read_json(os.path.join(model.uri, TRAINING_SUMMARY_FILE)) or {}

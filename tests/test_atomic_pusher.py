@@ -3,7 +3,6 @@
 import os
 
 import pytest
-from tfx.dsl.io import fileio
 from tfx.types import standard_artifacts
 
 from components.atomic_pusher import executor as pusher

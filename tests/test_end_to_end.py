@@ -8,40 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-import pytest
 
 import cifar_fixtures as fx
+from conftest import FAST_TRAINING as FAST, cli, versions
 
 STAGES = ["Cifar10ExampleGen", "ImportSchemaGen", "StatisticsGen", "ExampleValidator",
           "DataValidationGate", "Trainer", "Evaluator", "AtomicPusher"]
-FAST = ["--epochs", "3", "--per-replica-batch-size", "64"]
-
-
-def cli(*args, timeout=900):
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    env.pop("CIFAR10_DATA", None)
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *map(str, args)],
-                          capture_output=True, text=True, env=env, timeout=timeout)
-
-
-def versions(out: Path):
-    base = out / "serving" / "cifar10"
-    return sorted(p.name for p in base.iterdir() if p.name.isdigit()) if base.exists() else []
-
-
-@pytest.fixture(scope="module")
-def tiny_archive(tmp_path_factory):
-    return fx.binary_archive(tmp_path_factory.mktemp("data") / "cifar.tar.gz",
-                             batches=2, per_class=60)
-
-
-@pytest.fixture(scope="module")
-def first_run(tiny_archive, tmp_path_factory):
-    out = tmp_path_factory.mktemp("run")
-    done = cli("run", "--data", tiny_archive, "--output-dir", out, "--accuracy-gate", "0.5", *FAST)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return out, json.loads((out / "run_summary.json").read_text()), done
 
 
 def test_run_blesses_and_pushes_with_a_full_summary(first_run):
@@ -87,8 +59,18 @@ def test_predict_in_a_fresh_cpu_process_matches_the_trainer_model(first_run, tmp
     assert predicted == in_process
 
 
-def test_rerun_is_a_cache_hit_that_trains_and_pushes_nothing(first_run, tiny_archive):
-    out, _, _ = first_run
+@pytest.fixture(scope="module")
+def scenario(tiny_archive, tmp_path_factory):
+    """A run directory that the following tests change in turn (they run in file order):
+    a cache-hit rerun, config changes, then an undertrained model."""
+    out = tmp_path_factory.mktemp("scenario")
+    done = cli("run", "--data", tiny_archive, "--output-dir", out, "--accuracy-gate", "0.5", *FAST)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return out
+
+
+def test_rerun_is_a_cache_hit_that_trains_and_pushes_nothing(scenario, tiny_archive):
+    out = scenario
     before = versions(out)
     done = cli("run", "--data", tiny_archive, "--output-dir", out, "--accuracy-gate", "0.5", *FAST)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -99,8 +81,24 @@ def test_rerun_is_a_cache_hit_that_trains_and_pushes_nothing(first_run, tiny_arc
     assert "Trainer reused its model" in done.stdout
 
 
-def test_undertrained_model_is_not_blessed_and_nothing_is_pushed(first_run, tiny_archive):
-    out, _, _ = first_run
+@pytest.mark.parametrize("change, reran, reused", [
+    (["--accuracy-gate", "0.4"], {"Evaluator"}, {"Cifar10ExampleGen", "StatisticsGen", "Trainer"}),
+    (["--epochs", "2"], {"Trainer", "Evaluator"}, {"Cifar10ExampleGen", "StatisticsGen",
+                                                   "ExampleValidator"}),
+])
+def test_config_change_invalidates_only_what_depends_on_it(scenario, tiny_archive, change,
+                                                          reran, reused):
+    out = scenario
+    args = ["--data", tiny_archive, "--output-dir", out, "--accuracy-gate", "0.5", *FAST]
+    done = cli("run", *args, *change)
+    assert done.returncode in (0, 4), done.stderr[-3000:]
+    states = json.loads((out / "run_summary.json").read_text())["stage_states"]
+    assert {s for s in reran if states[s] == "complete"} == reran, states
+    assert {s for s in reused if states[s] == "cached"} == reused, states
+
+
+def test_undertrained_model_is_not_blessed_and_nothing_is_pushed(scenario, tiny_archive):
+    out = scenario
     before = versions(out)
     served = (out / "serving" / "cifar10" / before[-1] / "saved_model.pb").read_bytes()
     done = cli("run", "--data", tiny_archive, "--output-dir", out, "--accuracy-gate", "0.8",

@@ -6,7 +6,6 @@ import apache_beam as beam
 import pytest
 import tensorflow as tf
 from apache_beam.testing.util import assert_that, equal_to
-from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_artifacts
 from tfx.utils import proto_utils
 

