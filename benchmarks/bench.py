@@ -5,7 +5,8 @@
 (b) input pipeline and precision probes for the default model: training steps/s on
     the real tf.data pipeline versus in-memory tensors, and bf16 versus fp32,
     interleaved so that the machine's speed changes hit both alike;
-(c) the pipeline itself (`cifar10-pipeline run --no-cache`), stage by stage.
+(c) the pipeline itself (`cifar10-pipeline run --no-cache`), stage by stage;
+(d) CPU serving latency and throughput of the model it pushed.
 
 Prints one table and writes it, with the raw figures, to <output-dir>/bench.json.
 """
@@ -137,6 +138,12 @@ def main() -> None:
         print("(c) pipeline run --no-cache ...", flush=True)
         results["pipeline"] = pipeline_run(source, output_dir / "run", [])
         results["pipeline"]["time_to_80_seconds"] = time_to_accuracy(results["pipeline"], 0.80)
+        if results["pipeline"].get("pushed"):
+            print("(d) serving latency of the pushed model ...", flush=True)
+            results["serving"] = subprocess.run(
+                [sys.executable, "-m", "benchmarks.serving_latency", "--model-dir",
+                 str(output_dir / "run" / "serving" / "cifar10")],
+                capture_output=True, text=True).stdout.strip()
     (output_dir / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(render(results))
     print(f"\nraw figures: {output_dir / 'bench.json'}")
@@ -169,7 +176,8 @@ def render(results: dict) -> str:
                          "(classic never reaches 80%: a lower bound)",
                          f"{ttr / classic['projected_full_run_seconds']:.3f}"))
     width = max(len(r[0]) for r in rows)
-    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+    table = "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+    return table + (f"\n\nserving (CPU):\n{results['serving']}" if results.get("serving") else "")
 
 
 if __name__ == "__main__":

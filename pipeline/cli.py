@@ -265,6 +265,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Library deprecation notices (google-api-core on Python 3.10, TF/TFX internals) are
+    # not actionable for a user of this CLI; the full logs still go to the log file.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module="google")
     args = build_parser().parse_args(argv)
     return args.func(args)
 
