@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
 from pipeline.config import MODELS, PRECISIONS, PROJECT_ROOT, STRATEGIES, TrainingConfig
@@ -258,7 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--samples", type=int, default=0, metavar="N",
         help="demo: classify N eval images of --data and print true versus predicted")
     predict_parser.add_argument("--data", metavar="PATH_OR_URL",
-                                help="source for --samples (same default as run)")
+                                help="source for --samples (default: the eval split of the "
+                                     "run that pushed the model)")
     predict_parser.add_argument("--json", action="store_true", help="print JSON lines")
     predict_parser.set_defaults(func=cmd_predict)
     return parser

@@ -70,8 +70,28 @@ def _encode_png(image) -> bytes:
     return buffer.getvalue()
 
 
+def _eval_images(args: argparse.Namespace):
+    """Eval images for the demo: from --data if given, else the eval split that the run
+    which pushed the model ingested (found through its run_summary.json)."""
+    from components.cifar10_example_gen.sources import load_arrays
+    from pipeline import data_source
+
+    if args.data:
+        return load_arrays(data_source.resolve(args.data))["eval"]
+    summary = Path(args.model_dir).resolve().parent.parent / "run_summary.json"
+    examples = json.loads(summary.read_text()).get("artifacts", {}).get("examples") \
+        if summary.exists() else None
+    if not examples:
+        raise FileNotFoundError(f"{summary}: no run to take eval images from; pass --data")
+    from pipeline.report import read_split
+
+    images, labels, _ = read_split(examples, "eval")
+    return images, labels
+
+
 def main(args: argparse.Namespace) -> int:
-    from components.cifar10_example_gen.sources import LABEL_NAMES, SourceError, load_arrays
+    from components.cifar10_example_gen.sources import LABEL_NAMES, SourceError
+    from pipeline import data_source
 
     try:
         classifier = Classifier(newest_version(args.model_dir))
@@ -81,11 +101,9 @@ def main(args: argparse.Namespace) -> int:
     print(f"Model: {classifier.version_dir}", file=sys.stderr)
 
     if args.samples:
-        from pipeline import data_source
-
         try:
-            images, labels = load_arrays(data_source.resolve(args.data))["eval"]
-        except (SourceError, data_source.DataSourceError) as err:
+            images, labels = _eval_images(args)
+        except (SourceError, data_source.DataSourceError, FileNotFoundError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
         chosen = list(range(0, len(labels), max(1, len(labels) // args.samples)))[:args.samples]

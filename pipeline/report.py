@@ -40,7 +40,7 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _read_split(examples_uri: str, split: str) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
+def read_split(examples_uri: str, split: str) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
     import tensorflow as tf
 
     from components.trainer import data
@@ -236,8 +236,8 @@ def build_report(run_dir: Path) -> Path:
         raise FileNotFoundError(f"{summary_path}: no run summary; run the pipeline first")
     facts = json.loads(summary_path.read_text())
     examples = facts.get("artifacts", {}).get("examples")
-    train = _read_split(examples, "train") if examples else (np.zeros((0, 32, 32, 3)), np.zeros(0, int), [])
-    evals = _read_split(examples, "eval") if examples else (np.zeros((0, 32, 32, 3)), np.zeros(0, int), [])
+    train = read_split(examples, "train") if examples else (np.zeros((0, 32, 32, 3)), np.zeros(0, int), [])
+    evals = read_split(examples, "eval") if examples else (np.zeros((0, 32, 32, 3)), np.zeros(0, int), [])
     body = [outcome_section(facts), data_section(facts, train, evals), training_section(facts),
             evaluation_section(facts, evals)]
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>CIFAR-10 run "

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
 import cifar_fixtures as fx
 from conftest import FAST_TRAINING as FAST, cli, versions
