@@ -65,33 +65,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     from components.validation_gate.checks import DataValidationError
     from pipeline import data_source, local_runner, report_text
 
+    known = ((SourceError, EXIT_BAD_INPUT), (local_runner.OutputDirError, EXIT_BAD_INPUT),
+             (DataValidationError, EXIT_DATA_INVALID))
     output_dir = Path(args.output_dir).resolve()
-    try:
+    try:  # arguments and data location: SourceError is a ValueError too
         source = data_source.resolve(args.data)
         config = local_runner.local_config(
             output_dir, source, fingerprint(source), _training_config(args),
             eval_fraction=args.eval_fraction, accuracy_gate=args.accuracy_gate,
             max_regression=args.max_regression, enable_cache=not args.no_cache,
             beam_args=tuple(args.beam_arg))
-        print(f"Data: {source}\nOutput: {output_dir}", file=sys.stderr)
-        with local_runner.exclusive_output_dir(output_dir):
-            facts = local_runner.run(config, output_dir)
-    except (data_source.DataSourceError, SourceError, local_runner.OutputDirError,
-            ValueError) as err:
+    except (ValueError, data_source.DataSourceError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except DataValidationError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_DATA_INVALID
+    print(f"Data: {source}\nOutput: {output_dir}", file=sys.stderr)
+    try:
+        with local_runner.exclusive_output_dir(output_dir):
+            facts = local_runner.run(config, output_dir)
     except Exception as err:  # noqa: BLE001 - the log file has the traceback
-        root = _root_cause(err)
-        if isinstance(root, SourceError):
-            print(f"error: {root}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        if isinstance(root, DataValidationError):
-            print(f"error: {root}", file=sys.stderr)
-            return EXIT_DATA_INVALID
-        print(f"error: {type(root).__name__}: {root}\n(see the log file above for details)",
+        for cause in _causes(err):
+            for error_type, status in known:
+                if isinstance(cause, error_type):
+                    print(f"error: {cause}", file=sys.stderr)
+                    return status
+        print(f"error: {type(err).__name__}: {err}\n(see the log file above for details)",
               file=sys.stderr)
         return EXIT_ERROR
     print(report_text.render(facts))
@@ -102,10 +99,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _root_cause(err: BaseException) -> BaseException:
-    while err.__cause__ is not None or err.__context__ is not None:
-        err = err.__cause__ or err.__context__
-    return err
+def _causes(err: BaseException) -> list[BaseException]:
+    """The exception and the ones it was raised from (an executor's error may arrive
+    wrapped by the orchestrator)."""
+    chain = [err]
+    while (chain[-1].__cause__ or chain[-1].__context__) is not None and len(chain) < 20:
+        chain.append(chain[-1].__cause__ or chain[-1].__context__)
+    return chain
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
