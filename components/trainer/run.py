@@ -23,9 +23,9 @@ TRAINING_SUMMARY_FILE = "training_summary.json"
 class EpochCheckpoints(keras.callbacks.Callback):
     """Saves model and optimizer after every epoch; `restore_latest` resumes from them.
 
-    Used instead of keras' BackupAndRestore and TensorBoard callbacks, which were
-    measured here to stall fit for ~20 s per epoch boundary (retracing) and ~60 s at
-    the end; a plain tf.train.Checkpoint save takes well under a second.
+    Restoring explicitly (rather than with keras' BackupAndRestore) gives the epoch to
+    pass as `initial_epoch` and to report as `resumed_from_epoch`; a save takes about
+    0.05 s here.
     """
 
     def __init__(self, network: keras.Model, directory: str):
