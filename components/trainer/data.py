@@ -14,7 +14,6 @@ from components.trainer.keras import tf
 
 IMAGE_KEY = "image_raw"
 LABEL_KEY = "label"
-RECORD_ID_KEY = "record_id"
 FEATURE_SPEC = {
     IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
     LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
