@@ -2,9 +2,10 @@
 
 (a) the classic Colab recipe (seed_cnn, Adam 1e-3, batch 1,024, fp32) for a fixed
     number of epochs: seconds per epoch and eval accuracy;
-(b) input pipeline and precision probes for the default model: training steps/s on
-    the real tf.data pipeline versus in-memory tensors, and bf16 versus fp32,
-    interleaved so that the machine's speed changes hit both alike;
+(b) a throughput probe of the default model: training images/s under the Trainer's
+    setting and under one change each (fp32, batch size, input pipeline versus
+    compute only, no input cache, thread counts, oneDNN off, XLA), each in a fresh
+    process, interleaved so that the machine's changes of speed hit all alike;
 (c) the pipeline itself (`cifar10-pipeline run --no-cache`), stage by stage;
 (d) CPU serving latency and throughput of the model it pushed.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -23,8 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
+from components.cifar10_example_gen import sources
+from components.cifar10_example_gen.executor import to_example
 from components.cifar10_example_gen.sources import load_arrays
-from components.trainer import data, model
+from components.trainer import model
 from components.trainer.keras import keras, tf
 from pipeline import data_source
 
@@ -50,40 +54,62 @@ def classic_recipe(arrays, epochs: int) -> dict:
             "projected_full_run_seconds": float(np.median(seconds)) * CLASSIC_FULL_EPOCHS}
 
 
-def _steps_per_second(net, dataset, steps: int) -> float:
-    iterator = iter(dataset.repeat())
-    net.train_on_batch(*next(iterator))  # trace once
-    started = time.time()
-    for _ in range(steps):
-        net.train_on_batch(*next(iterator))
-    return steps / (time.time() - started)
+# Settings of the throughput probe: name -> (arguments of benchmarks.throughput, environment).
+# The first is the Trainer's own setting; every other one changes one thing.
+PROBE_SETTINGS: dict[str, tuple[list[str], dict[str, str]]] = {
+    "default: bf16, batch 512, cached input, TF threads, oneDNN": ([], {}),
+    "fp32": (["--precision", "float32"], {}),
+    "batch 256": (["--batch", "256"], {}),
+    "batch 1024": (["--batch", "1024"], {}),
+    "input: one in-memory batch (compute only)": (["--input", "fixed"], {}),
+    "input: TFRecords parsed every step (no cache)": (["--input", "tfrecord"], {}),
+    "threads: intra-op 1, inter-op 1": (["--intra-op-threads", "1", "--inter-op-threads", "1"], {}),
+    "threads: intra-op 2, inter-op 1": (["--intra-op-threads", "2", "--inter-op-threads", "1"], {}),
+    "threads: intra-op 4, inter-op 4 (oversubscribed)": (
+        ["--intra-op-threads", "4", "--inter-op-threads", "4"], {}),
+    "oneDNN off (TF_ENABLE_ONEDNN_OPTS=0)": ([], {"TF_ENABLE_ONEDNN_OPTS": "0"}),
+    "XLA (jit_compile=True)": (["--xla"], {}),
+}
+PROBE_IMAGES = 8192
 
 
-def input_and_precision_probe(arrays, steps: int, rounds: int) -> dict:
-    """Steps/s of the default model: real tf.data pipeline vs in-memory tensors, bf16 vs fp32."""
-    x_train, y_train = arrays["train"]
-    recipe = model.RECIPES["airbench"]
-    batch = recipe.per_replica_batch_size
-    images, labels = tf.constant(x_train), tf.constant(y_train)
-    real = data.training_dataset(images, labels, batch)
-    fixed = tf.data.Dataset.from_tensors((images[:batch], labels[:batch]))
-    results: dict[str, list[float]] = {"bf16_pipeline": [], "bf16_in_memory": [],
-                                       "fp32_pipeline": []}
-    nets = {}
-    for precision in ("mixed_bfloat16", "float32"):
-        keras.mixed_precision.set_global_policy(precision)
-        net = model.build("airbench", x_train[:5000])
-        model.compile_model(net, recipe, recipe.learning_rate, 100, 10)
-        nets[precision] = net
-    for _ in range(rounds):
-        results["bf16_pipeline"].append(_steps_per_second(nets["mixed_bfloat16"], real, steps))
-        results["bf16_in_memory"].append(_steps_per_second(nets["mixed_bfloat16"], fixed, steps))
-        results["fp32_pipeline"].append(_steps_per_second(nets["float32"], real, steps))
-    median = {k: float(np.median(v)) for k, v in results.items()}
-    return {"batch": batch, "steps_per_round": steps, "rounds": results, "median": median,
-            "pipeline_vs_in_memory": median["bf16_pipeline"] / median["bf16_in_memory"],
-            "bf16_speedup": median["bf16_pipeline"] / median["fp32_pipeline"],
-            "images_per_second_bf16": median["bf16_pipeline"] * batch}
+def _write_probe_inputs(arrays, folder: Path) -> tuple[Path, Path]:
+    """The first PROBE_IMAGES training images as an .npz and as ExampleGen-format records."""
+    images, labels = arrays["train"][0][:PROBE_IMAGES], arrays["train"][1][:PROBE_IMAGES]
+    npz, records = folder / "probe_images.npz", folder / "probe_images.tfrecord.gz"
+    np.savez(npz, images=images, labels=labels)
+    with tf.io.TFRecordWriter(str(records), options="GZIP") as writer:
+        for index, (image, label) in enumerate(zip(images, labels)):
+            record = sources.Record(f"probe-{index}", int(label), image.tobytes())
+            writer.write(to_example(record).SerializeToString())
+    return npz, records
+
+
+def throughput_probe(arrays, folder: Path, steps: int, rounds: int) -> dict:
+    """Training images/s of the default model under each PROBE_SETTINGS entry, each in a
+    fresh process, settings interleaved round by round."""
+    npz, records = _write_probe_inputs(arrays, folder)
+    runs: dict[str, list[dict]] = {name: [] for name in PROBE_SETTINGS}
+    for round_number in range(rounds):
+        for name, (extra, env) in PROBE_SETTINGS.items():
+            print(f"    round {round_number + 1}/{rounds}: {name}", flush=True)
+            done = subprocess.run(
+                [sys.executable, "-m", "benchmarks.throughput", "--arrays", str(npz),
+                 "--tfrecords", str(records), "--steps", str(steps), *extra],
+                capture_output=True, text=True, env={**os.environ, **env})
+            if done.returncode != 0:
+                raise RuntimeError(f"throughput probe '{name}' failed:\n{done.stderr[-2000:]}")
+            runs[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    default = next(iter(PROBE_SETTINGS))
+    baseline = float(np.median([r["images_per_second"] for r in runs[default]]))
+    settings = {}
+    for name, measured in runs.items():
+        rate = float(np.median([r["images_per_second"] for r in measured]))
+        settings[name] = {
+            "images_per_second": rate, "relative_to_default": rate / baseline,
+            "first_step_seconds": float(np.median([r["first_step_seconds"] for r in measured])),
+            "runs": measured}
+    return {"steps": steps, "rounds": rounds, "settings": settings}
 
 
 def pipeline_run(source: str, output_dir: Path, extra: list[str]) -> dict:
@@ -99,13 +125,15 @@ def pipeline_run(source: str, output_dir: Path, extra: list[str]) -> dict:
 
 
 def time_to_accuracy(summary: dict, target: float) -> float | None:
-    """Wall seconds from the start of the run until the first epoch whose eval accuracy
-    (without test-time flip) reached `target`."""
+    """Seconds from the start of the pipeline run until the end of the first epoch whose
+    eval accuracy (without test-time flip) reached `target`: the stages before the
+    Trainer, the Trainer's loading and model building, then the epochs."""
     stages = summary["stage_seconds"]
     before_trainer = sum(v for k, v in stages.items()
                          if k in ("Cifar10ExampleGen", "ImportSchemaGen", "StatisticsGen",
                                   "ExampleValidator", "DataValidationGate"))
-    trainer_startup = (summary.get("trainer_seconds") or 0) - (summary.get("fit_seconds") or 0)
+    trainer_startup = ((summary.get("trainer_seconds") or 0) - (summary.get("fit_seconds") or 0)
+                       - (summary.get("export_seconds") or 0))
     elapsed = 0.0
     for epoch in summary.get("history", []):
         elapsed += epoch["seconds"]
@@ -119,8 +147,8 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", help="CIFAR-10 source (default as for `run`)")
     parser.add_argument("--classic-epochs", type=int, default=3)
-    parser.add_argument("--probe-steps", type=int, default=20)
-    parser.add_argument("--probe-rounds", type=int, default=3)
+    parser.add_argument("--probe-steps", type=int, default=12)
+    parser.add_argument("--probe-rounds", type=int, default=2)
     parser.add_argument("--output-dir", default=None)
     parser.add_argument("--skip-pipeline", action="store_true")
     args = parser.parse_args()
@@ -132,8 +160,8 @@ def main() -> None:
     results: dict = {"source": source}
     print(f"(a) classic recipe, {args.classic_epochs} epochs ...", flush=True)
     results["classic"] = classic_recipe(arrays, args.classic_epochs)
-    print("(b) input pipeline and precision probe ...", flush=True)
-    results["probe"] = input_and_precision_probe(arrays, args.probe_steps, args.probe_rounds)
+    print("(b) throughput probe ...", flush=True)
+    results["probe"] = throughput_probe(arrays, output_dir, args.probe_steps, args.probe_rounds)
     if not args.skip_pipeline:
         print("(c) pipeline run --no-cache ...", flush=True)
         results["pipeline"] = pipeline_run(source, output_dir / "run", [])
@@ -149,23 +177,40 @@ def main() -> None:
     print(f"\nraw figures: {output_dir / 'bench.json'}")
 
 
+def _trainer_breakdown(run: dict) -> str:
+    total, load, fit, export = (run.get(k) or 0.0 for k in (
+        "trainer_seconds", "load_seconds", "fit_seconds", "export_seconds"))
+    return f"{total:.1f} = {load:.1f} + {total - load - fit - export:.1f} + {fit:.1f} + {export:.1f}"
+
+
+def _epoch_seconds(run: dict) -> str:
+    seconds = [e["seconds"] for e in run.get("history", [])]
+    if len(seconds) < 2:
+        return "n/a"
+    return f"{seconds[0]:.1f}; {float(np.median(seconds[1:])):.1f}"
+
+
 def render(results: dict) -> str:
     classic, probe = results["classic"], results["probe"]
     rows = [
         ("classic: seconds per epoch (median, 45k images)", f"{classic['median_seconds_per_epoch']:.1f}"),
         (f"classic: eval accuracy after {classic['epochs']} epochs", f"{classic['eval_accuracy']:.4f}"),
         ("classic: projected 50-epoch run (s)", f"{classic['projected_full_run_seconds']:.0f}"),
-        ("default model: images/s, bf16, real input pipeline", f"{probe['images_per_second_bf16']:.0f}"),
-        ("input pipeline steps/s vs in-memory tensors", f"{probe['pipeline_vs_in_memory']:.2f}"),
-        ("bf16 speed-up over fp32", f"{probe['bf16_speedup']:.2f}x"),
     ]
+    for name, measured in probe["settings"].items():
+        rows.append((f"probe, {name}: training images/s (x default; first step s)",
+                     f"{measured['images_per_second']:.0f} ({measured['relative_to_default']:.2f}x; "
+                     f"{measured['first_step_seconds']:.1f})"))
     run = results.get("pipeline")
     if run:
         for stage, seconds in run["stage_seconds"].items():
             rows.append((f"pipeline stage {stage} (s)", f"{seconds:.1f}"))
         ttr = run.get("time_to_80_seconds")
         rows += [
-            ("pipeline: Trainer fit seconds", f"{run.get('fit_seconds')}"),
+            ("pipeline: Trainer = load + build + fit + export (s)", _trainer_breakdown(run)),
+            ("pipeline: seconds per epoch (first; median of the rest)", _epoch_seconds(run)),
+            ("pipeline: overhead, everything but the Trainer's fit (s)",
+             f"{run['wall_seconds'] - (run.get('fit_seconds') or 0):.0f}"),
             ("pipeline: eval accuracy (TFMA, with test-time flip)", f"{run.get('eval_accuracy')}"),
             ("pipeline: blessed / exit status", f"{run.get('blessed')} / {run['exit_status']}"),
             ("pipeline: total wall seconds", f"{run['wall_seconds']:.0f}"),

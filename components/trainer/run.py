@@ -117,6 +117,7 @@ def run_fn(fn_args: FnArgs) -> None:
 
     train_images, train_labels = data.load_split(fn_args.train_files)
     eval_images, eval_labels = data.load_split(fn_args.eval_files)
+    load_seconds = time.time() - started
     steps_per_epoch = int(train_images.shape[0]) // global_batch
     if steps_per_epoch == 0:
         raise ValueError(f"{int(train_images.shape[0])} training images are fewer than one "
@@ -154,7 +155,9 @@ def run_fn(fn_args: FnArgs) -> None:
     )
     fit_seconds = time.time() - fit_started
 
+    export_started = time.time()
     export.export_serving_model(export.float32_copy(network, build), fn_args.serving_model_dir)
+    export_seconds = time.time() - export_started
     tf.io.gfile.rmtree(backup_dir)  # the model is exported: nothing left to resume
     final = history.epochs[-1] if history.epochs else {}
     summary = {
@@ -169,7 +172,9 @@ def run_fn(fn_args: FnArgs) -> None:
         "precision": policy,
         "train_records": int(train_images.shape[0]),
         "eval_records": int(eval_images.shape[0]),
+        "load_seconds": round(load_seconds, 1),
         "fit_seconds": round(fit_seconds, 1),
+        "export_seconds": round(export_seconds, 1),
         "trainer_seconds": round(time.time() - started, 1),
         "final_eval_accuracy_without_tta": final.get("val_accuracy"),
     }

@@ -1,0 +1,66 @@
+"""`make bench` pieces that can break without anyone noticing until a long run:
+the time-to-accuracy arithmetic and the throughput probe's input variants."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks import bench
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _summary(val_accuracies: list[float]) -> dict:
+    return {
+        "stage_seconds": {"Cifar10ExampleGen": 30.0, "ImportSchemaGen": 0.1, "StatisticsGen": 7.0,
+                          "ExampleValidator": 0.1, "DataValidationGate": 0.1, "Trainer": 300.0,
+                          "Evaluator": 10.0, "AtomicPusher": 0.0},
+        "trainer_seconds": 300.0, "load_seconds": 4.0, "fit_seconds": 270.0,
+        "export_seconds": 12.0,
+        "history": [{"epoch": i + 1, "seconds": 22.0, "val_accuracy": acc}
+                    for i, acc in enumerate(val_accuracies)],
+    }
+
+
+def test_time_to_accuracy_is_stages_then_trainer_startup_then_epochs():
+    summary = _summary([0.5, 0.79, 0.81, 0.85])
+    # 37.3 s of stages before the Trainer, 18 s of Trainer startup (300 - 270 - 12), 3 epochs.
+    assert bench.time_to_accuracy(summary, 0.80) == pytest.approx(37.3 + 18.0 + 66.0)
+    assert bench.time_to_accuracy(summary, 0.90) is None
+
+
+def test_render_reports_probe_and_pipeline_rows():
+    summary = _summary([0.5, 0.81])
+    summary.update(wall_seconds=400.0, exit_status=0, eval_accuracy=0.86, blessed=True,
+                   time_to_80_seconds=bench.time_to_accuracy(summary, 0.80))
+    results = {
+        "classic": {"epochs": 3, "median_seconds_per_epoch": 60.0, "eval_accuracy": 0.33,
+                    "projected_full_run_seconds": 3000.0},
+        "probe": {"settings": {"default": {"images_per_second": 2000.0,
+                                           "relative_to_default": 1.0,
+                                           "first_step_seconds": 1.0}}},
+        "pipeline": summary,
+    }
+    table = bench.render(results)
+    assert "300.0 = 4.0 + 14.0 + 270.0 + 12.0" in table
+    assert "2000 (1.00x; 1.0)" in table
+    assert f"{(37.3 + 18.0 + 44.0) / 3000.0:.3f}" in table
+
+
+@pytest.mark.parametrize("input_kind", ["cached", "fixed", "tfrecord"])
+def test_throughput_probe_measures_each_input(tmp_path, input_kind):
+    rng = np.random.default_rng(0)
+    arrays = {"train": (rng.integers(0, 256, (64, 32, 32, 3), dtype=np.uint8),
+                        rng.integers(0, 10, 64).astype(np.int64))}
+    npz, records = bench._write_probe_inputs(arrays, tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.throughput", "--arrays", str(npz),
+         "--tfrecords", str(records), "--steps", "2", "--batch", "16", "--input", input_kind],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    assert measured["images_per_second"] > 0 and measured["first_step_seconds"] > 0
