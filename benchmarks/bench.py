@@ -209,6 +209,8 @@ def render(results: dict) -> str:
         rows += [
             ("pipeline: Trainer = load + build + fit + export (s)", _trainer_breakdown(run)),
             ("pipeline: seconds per epoch (first; median of the rest)", _epoch_seconds(run)),
+            ("pipeline: seconds inside fit but outside the epochs (pauses)",
+             f"{(run.get('fit_seconds') or 0) - sum(e['seconds'] for e in run.get('history', [])):.1f}"),
             ("pipeline: overhead, everything but the Trainer's fit (s)",
              f"{run['wall_seconds'] - (run.get('fit_seconds') or 0):.0f}"),
             ("pipeline: eval accuracy (TFMA, with test-time flip)", f"{run.get('eval_accuracy')}"),
