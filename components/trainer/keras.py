@@ -7,7 +7,7 @@ library everywhere in the process. Never import `tensorflow.keras` directly.
 
 TF 2.16's AutoGraph leaves the `keras` package alone but not `tf_keras`, so every
 `tf.function` over a Keras model rewrote Keras' own source: 15.5 s to trace one
-training step of the default model on this 2-core CPU, against 1-2 s once
+training step of the default model on this 2-core CPU, against 0.9 s once
 `tf_keras` is excluded as well (later TensorFlow releases exclude it too).
 Layer `call` methods written in this project are still converted.
 """
