@@ -150,7 +150,9 @@ def run_fn(fn_args: FnArgs) -> None:
         epochs=epochs,
         initial_epoch=resumed_from,
         validation_data=data.evaluation_dataset(eval_images, eval_labels, global_batch),
-        callbacks=[history, checkpoints],
+        # Checkpoint first: the history beside the checkpoints never lists an epoch that a
+        # killed run could not resume from.
+        callbacks=[checkpoints, history],
         verbose=2,
     )
     fit_seconds = time.time() - fit_started
