@@ -7,24 +7,25 @@ batches, which is far cheaper than per-example map calls on a 2-core host.
 
 The training and evaluation datasets switch tf.data autotuning off and fix
 their parallelism instead. Keras makes a new iterator every epoch, and
-destroying an autotuned one waits for the autotuner's background thread,
-which sleeps for up to its (growing) optimisation period: on this 2-core CPU
-that stalled 7 of 11 epoch boundaries by 17-19 s each (133 s in a 12-epoch
-run) with epochs of about 22 s; without autotuning there were none, at the
-same speed per epoch.
+destroying an autotuned one waited on one of its background threads: on this
+2-core CPU that stalled 7 of 11 epoch boundaries by 17-19 s each (133 s in a
+12-epoch run, epochs of about 22 s). Without autotuning there were none, at
+the same speed per epoch.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 from components.trainer.keras import tf
 
 IMAGE_KEY = "image_raw"
 LABEL_KEY = "label"
-# Batches prepared ahead of and in parallel with the training step. Whole-batch
-# gathers take milliseconds against ~250 ms per step, so two is plenty.
-PARALLEL_BATCHES = 2
+# Batches prepared ahead of and in parallel with the training step: one per host
+# core (at least two). On a 2-core CPU whole-batch gathers take milliseconds
+# against ~250 ms per step; hosts feeding GPUs or TPUs have more cores to spare.
+PARALLEL_BATCHES = max(2, len(os.sched_getaffinity(0)))
 FEATURE_SPEC = {
     IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
     LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
