@@ -25,7 +25,8 @@ LABEL_KEY = "label"
 # Batches prepared ahead of and in parallel with the training step: one per host
 # core (at least two). On a 2-core CPU whole-batch gathers take milliseconds
 # against ~250 ms per step; hosts feeding GPUs or TPUs have more cores to spare.
-PARALLEL_BATCHES = max(2, len(os.sched_getaffinity(0)))
+PARALLEL_BATCHES = max(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                        else os.cpu_count() or 2)  # sched_getaffinity is Linux-only
 FEATURE_SPEC = {
     IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
     LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
