@@ -57,7 +57,8 @@ def classic_recipe(arrays, epochs: int) -> dict:
 # Settings of the throughput probe: name -> (arguments of benchmarks.throughput, environment).
 # The first is the Trainer's own setting; every other one changes one thing.
 PROBE_SETTINGS: dict[str, tuple[list[str], dict[str, str]]] = {
-    "default: bf16, batch 512, cached input, TF threads, oneDNN": ([], {}),
+    "default: precision auto, batch 512, cached input, TF threads, oneDNN": ([], {}),
+    "bf16 (mixed_bfloat16)": (["--precision", "mixed_bfloat16"], {}),
     "fp32": (["--precision", "float32"], {}),
     "batch 256": (["--batch", "256"], {}),
     "batch 1024": (["--batch", "1024"], {}),

@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from components.trainer import data, model
+from components.trainer.hardware import decide_precision, detect
 from components.trainer.keras import keras, tf
 
 WARMUP_STEPS = 3
@@ -40,7 +41,8 @@ def measure(arrays: str, tfrecords: str, steps: int, batch: int, precision: str,
     `max_seconds` when a setting is very slow (oneDNN off takes about 5 s a step)."""
     loaded = np.load(arrays)
     images, labels = loaded["images"], loaded["labels"]
-    keras.mixed_precision.set_global_policy(precision)
+    keras.mixed_precision.set_global_policy(
+        decide_precision(precision, detect("cpu")).policy)
     recipe = model.RECIPES["airbench"]
     net = model.build("airbench", images[:5000])
     model.compile_model(net, recipe, recipe.learning_rate, 100, 10)
@@ -67,7 +69,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--max-seconds", type=float, default=30.0)
     parser.add_argument("--batch", type=int, default=512)
-    parser.add_argument("--precision", default="mixed_bfloat16")
+    parser.add_argument("--precision", default="auto",
+                        help="auto: what the Trainer would choose on this machine")
     parser.add_argument("--input", default="cached", choices=["cached", "fixed", "tfrecord"])
     parser.add_argument("--xla", action="store_true")
     parser.add_argument("--intra-op-threads", type=int, default=0, help="0: TensorFlow's choice")

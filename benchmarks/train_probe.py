@@ -9,6 +9,7 @@ import numpy as np
 
 from components.cifar10_example_gen.sources import load_arrays
 from components.trainer import data, model
+from components.trainer.hardware import decide_precision, detect
 from components.trainer.keras import keras, tf
 
 
@@ -20,12 +21,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int)
     parser.add_argument("--lr", type=float)
     parser.add_argument("--widths", default="32,64,128")
-    parser.add_argument("--precision", default="mixed_bfloat16")
+    parser.add_argument("--precision", default="auto",
+                        help="auto: what the Trainer would choose on this machine")
     parser.add_argument("--wd", type=float, help="override the recipe's weight decay")
     parser.add_argument("--limit", type=int, default=0, help="train on the first N images")
     args = parser.parse_args()
 
-    keras.mixed_precision.set_global_policy(args.precision)
+    keras.mixed_precision.set_global_policy(
+        decide_precision(args.precision, detect("cpu")).policy)
     started = time.time()
     arrays = load_arrays(args.data)
     (x_train, y_train), (x_eval, y_eval) = arrays["train"], arrays["eval"]

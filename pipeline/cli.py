@@ -38,7 +38,8 @@ def _add_training_args(parser: argparse.ArgumentParser) -> None:
                        help="peak learning rate at the recipe's reference batch; scaled "
                             "with the global batch")
     group.add_argument("--precision", choices=PRECISIONS, default="auto",
-                       help="auto: mixed_bfloat16 on TPU and CPU, float32 on GPU")
+                       help="auto: bf16 on TPU; bf16/fp16 on GPUs that have it; bf16 on CPUs with "
+                            "native bf16 (AVX512_BF16, AMX), else float32")
     group.add_argument("--seed", type=int, default=0)
 
 

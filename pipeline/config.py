@@ -13,7 +13,7 @@ SCHEMA_PATH = PROJECT_ROOT / "data" / "schema" / "schema.pbtxt"
 
 STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "default")
 MODELS = ("airbench", "seed_cnn")
-PRECISIONS = ("auto", "float32", "mixed_bfloat16")
+PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class TrainingConfig:
     epochs: int | None = None  # None: the model recipe's default
     per_replica_batch_size: int | None = None
     learning_rate: float | None = None
-    precision: str = "auto"  # auto: bf16 on TPU and CPU (measured faster), fp32 on GPU
+    precision: str = "auto"  # auto: from the hardware (components/trainer/hardware.py)
     seed: int = 0
 
     def __post_init__(self) -> None:

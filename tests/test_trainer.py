@@ -44,10 +44,11 @@ def test_multi_worker_needs_tf_config(monkeypatch):
         strategies.create_strategy("multi_worker")
 
 
-def test_precision_policy():
+def test_explicit_precision_wins_and_cpu_strategies_run_on_cpu():
     default = tf.distribute.get_strategy()
-    assert strategies.mixed_precision_policy("auto", default) == "mixed_bfloat16"
-    assert strategies.mixed_precision_policy("float32", default) == "float32"
+    assert strategies.accelerator_of(default) == "cpu"
+    choice = strategies.choose_precision("float32", default)
+    assert choice.policy == "float32" and choice.reason == "--precision float32"
 
 
 def _write_split(path, labels, seed):

@@ -111,7 +111,9 @@ def run_fn(fn_args: FnArgs) -> None:
         TPU_PER_REPLICA_BATCH if kind == "tpu" else recipe.per_replica_batch_size)
     global_batch = per_replica * replicas
     epochs = config.epochs or recipe.epochs
-    policy = strategies.mixed_precision_policy(config.precision, strategy)
+    precision = strategies.choose_precision(config.precision, strategy)
+    policy = precision.policy
+    logging.info("Precision %s: %s", policy, precision.reason)
     keras.mixed_precision.set_global_policy(policy)
     tf.keras.utils.set_random_seed(config.seed)
 
@@ -172,6 +174,8 @@ def run_fn(fn_args: FnArgs) -> None:
         "resumed_from_epoch": resumed_from,
         "learning_rate": learning_rate,
         "precision": policy,
+        "precision_reason": precision.reason,
+        "hardware": precision.hardware.to_json(),
         "train_records": int(train_images.shape[0]),
         "eval_records": int(eval_images.shape[0]),
         "load_seconds": round(load_seconds, 1),
