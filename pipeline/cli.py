@@ -82,7 +82,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"Data: {source}\nOutput: {output_dir}", file=sys.stderr)
     try:
         with local_runner.exclusive_output_dir(output_dir):
-            facts = local_runner.run(config, output_dir)
+            try:
+                facts = local_runner.run(config, output_dir)
+            finally:  # also for a failed run: the report says what did run and why it stopped
+                report_path = _write_report(output_dir)
     except Exception as err:  # noqa: BLE001 - the log file has the traceback
         for cause in _causes(err):
             for error_type, status in known:
@@ -93,11 +96,22 @@ def cmd_run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_ERROR
     print(report_text.render(facts))
-    if facts.get("report"):
-        print(f"report         {facts['report']}")
+    if report_path:
+        print(f"report         {report_path}")
     if facts.get("blessed") is False:
         return EXIT_NOT_BLESSED
     return EXIT_OK
+
+
+def _write_report(output_dir: Path) -> Path | None:
+    """The HTML report of a finished run; a broken report must not hide the outcome."""
+    from pipeline import report
+
+    try:
+        return report.build_report(output_dir)
+    except Exception as err:  # noqa: BLE001
+        print(f"warning: could not write the report: {err}", file=sys.stderr)
+        return None
 
 
 def _causes(err: BaseException) -> list[BaseException]:

@@ -3,58 +3,13 @@ topology in `pipeline.topology` only reads it."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from components.trainer.config import MODELS, PRECISIONS, STRATEGIES, TrainingConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = PROJECT_ROOT / "data" / "schema" / "schema.pbtxt"
-
-STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "default")
-MODELS = ("airbench", "seed_cnn")
-PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
-
-
-@dataclass(frozen=True)
-class TrainingConfig:
-    """What the Trainer's run_fn receives (through custom_config)."""
-
-    model: str = "airbench"
-    strategy: str = "auto"
-    tpu: str = ""  # TPU name, grpc://host:8470, or "local" on a TPU VM
-    cpu_replicas: int = 0  # >1 splits the host CPU into this many logical devices
-    epochs: int | None = None  # None: the model recipe's default
-    per_replica_batch_size: int | None = None
-    learning_rate: float | None = None
-    precision: str = "auto"  # auto: from the hardware (components/trainer/hardware.py)
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.model not in MODELS:
-            raise ValueError(f"unknown model '{self.model}'; choose one of {', '.join(MODELS)}")
-        if self.strategy not in STRATEGIES:
-            raise ValueError(
-                f"unknown strategy '{self.strategy}'; choose one of {', '.join(STRATEGIES)}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(
-                f"unknown precision '{self.precision}'; choose one of {', '.join(PRECISIONS)}")
-        for name in ("epochs", "per_replica_batch_size"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be at least 1, got {value}")
-        if self.cpu_replicas < 0:
-            raise ValueError(f"cpu_replicas must be >= 0, got {self.cpu_replicas}")
-
-    def to_custom_config(self) -> dict[str, Any]:
-        """Plain values only: custom_config is serialised into the compiled pipeline."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
-
-    @classmethod
-    def from_custom_config(cls, values: dict[str, Any]) -> "TrainingConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in names})
-
 
 @dataclass(frozen=True)
 class VertexConfig:

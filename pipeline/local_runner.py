@@ -126,7 +126,7 @@ def run(config: PipelineConfig, output_dir: Path) -> dict:
     """Runs the pipeline and returns (and writes) the run summary."""
     from tfx import v1 as tfx
 
-    from pipeline import report, summary
+    from pipeline import summary
     from pipeline.topology import create_pipeline
 
     started = time.time()
@@ -144,10 +144,6 @@ def run(config: PipelineConfig, output_dir: Path) -> dict:
         facts["failed"] = None if failure is None else f"{type(failure).__name__}: {failure}"
         facts.update(source=config.source_uri, accuracy_gate=config.accuracy_gate)
         write_summary(output_dir, facts)
-        try:
-            facts["report"] = str(report.build_report(output_dir))
-        except Exception as err:  # noqa: BLE001 - a broken report must not hide the outcome
-            print(f"warning: could not write the report: {err}", file=sys.stderr)
     if failure is not None:
         raise failure
     return facts

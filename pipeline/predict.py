@@ -90,7 +90,8 @@ def _eval_images(args: argparse.Namespace):
 
 
 def main(args: argparse.Namespace) -> int:
-    from components.cifar10_example_gen.sources import LABEL_NAMES, SourceError
+    from components.cifar10_example_gen.sources import SourceError
+    from components.contract import LABEL_NAMES
     from pipeline import data_source
 
     try:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from components.cifar10_example_gen.sources import LABEL_NAMES
+from components.contract import LABEL_NAMES
 
 REPORT_FILE = "report.html"
 SAMPLES_PER_CLASS = 8

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.cifar10_example_gen.sources import LABEL_NAMES
+from components.contract import LABEL_NAMES
 
 
 def _pct(value: Any) -> str:

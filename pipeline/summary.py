@@ -14,7 +14,7 @@ import ml_metadata as mlmd
 from ml_metadata.proto import metadata_store_pb2
 from tfx.orchestration import metadata
 
-from components.trainer.run import HISTORY_FILE, TRAINING_SUMMARY_FILE
+from components.contract import HISTORY_FILE, TRAINING_SUMMARY_FILE
 
 _STATE_NAMES = {v: k.lower() for k, v in metadata_store_pb2.Execution.State.items()}
 

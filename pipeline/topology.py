@@ -15,12 +15,12 @@ from tfx.extensions.google_cloud_ai_platform.trainer import executor as vertex_t
 
 from components.atomic_pusher.component import AtomicPusher
 from components.cifar10_example_gen.component import Cifar10ExampleGen
-from components.trainer.export import EXAMPLES_SIGNATURE, PROBABILITIES_KEY
+from components.contract import EXAMPLES_SIGNATURE, LABEL_KEY, PROBABILITIES_KEY
+from components.trainer.config import CUSTOM_CONFIG_KEY as TRAINING_CONFIG_KEY
 from components.validation_gate.component import DataValidationGate
 from pipeline.config import PipelineConfig, VertexConfig
 
 RUN_FN = "components.trainer.run.run_fn"
-LABEL_KEY = "label"
 
 
 def eval_config(accuracy_gate: float, max_regression: float) -> tfma.EvalConfig:
@@ -89,7 +89,7 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
         train_args=tfx.proto.TrainArgs(splits=["train"]),
         eval_args=tfx.proto.EvalArgs(splits=["eval"]),
     )
-    training_config = config.training.to_custom_config()
+    training_config = {TRAINING_CONFIG_KEY: config.training.to_custom_config()}
     if config.vertex is not None:
         trainer = tfx.extensions.google_cloud_ai_platform.Trainer(
             **trainer_args,

@@ -1,10 +1,9 @@
-"""Test-wide settings: CPU only, Keras 2 (tf_keras) as in every entry point, quiet TF."""
+"""Test-wide settings: CPU only (tests must not depend on a GPU being there), and Keras 2
+chosen the way every entry point chooses it: by importing `components` first."""
 
 import os
 
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
-os.environ["TF_USE_LEGACY_KERAS"] = "1"
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import json  # noqa: E402
 import subprocess  # noqa: E402
@@ -13,6 +12,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+import components  # noqa: E402, F401
 import cifar_fixtures as fx  # noqa: E402
 
 FAST_TRAINING = ["--epochs", "3", "--per-replica-batch-size", "64"]

@@ -107,7 +107,7 @@ def trained(tmp_path_factory):
     eval_images, eval_labels = _write_split(root / "eval.gz", fx.balanced_labels(4, seed=2), 2)
     config = {"strategy": "mirrored", "cpu_replicas": 8, "per_replica_batch_size": 16,
               "epochs": 3}
-    _run(TRAIN_IN_FRESH_PROCESS, root, json.dumps(config))
+    _run(TRAIN_IN_FRESH_PROCESS, root, json.dumps({"training": config}))
     return root, eval_images, eval_labels
 
 
@@ -141,3 +141,24 @@ def test_export_round_trip_in_a_cpu_only_process(trained, tmp_path):
     np.testing.assert_allclose(by_image.sum(axis=1), 1.0, atol=1e-4)
     np.testing.assert_allclose(by_image, by_example, atol=1e-5)
     assert out["classes"] == [fx.LABEL_NAMES[i] for i in by_image.argmax(axis=1)]
+
+
+def test_training_config_round_trips_and_rejects_unknown_settings():
+    from components.trainer.config import TrainingConfig
+
+    config = TrainingConfig(model="seed_cnn", epochs=3, cpu_replicas=2)
+    custom = {"training": config.to_custom_config(), "ai_platform_enable_vertex": True}
+    assert TrainingConfig.from_trainer_custom_config(custom) == config
+    with pytest.raises(ValueError, match="unknown training setting.*epoch_count"):
+        TrainingConfig.from_custom_config({"epoch_count": 3})
+
+
+def test_keras_3_is_refused_loudly():
+    """With tf.keras resolved (to Keras 3) before `components` chose Keras 2, the trainer's
+    Keras module refuses to load instead of training with the wrong library."""
+    code = "import tensorflow as tf; tf.keras.Model; import components.trainer.keras"
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode != 0
+    assert "tf.keras is Keras 3" in done.stderr

@@ -54,7 +54,7 @@ def test_trainer_runs_on_a_tpu_worker_pool_with_the_tpu_strategy(compiled):
     assert pool["machine_spec"]["accelerator_type"] == "TPU_V3"
     assert pool["machine_spec"]["accelerator_count"] == 8
     assert pool["container_spec"]["image_uri"] == IMAGE
-    assert custom["strategy"] == "tpu" and custom["tpu"] == "local"
+    assert custom["training"]["strategy"] == "tpu" and custom["training"]["tpu"] == "local"
     assert custom["ai_platform_enable_vertex"] is True
 
 

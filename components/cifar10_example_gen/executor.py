@@ -9,15 +9,16 @@ import tensorflow as tf
 from tfx.components.example_gen.base_example_gen_executor import BaseExampleGenExecutor
 
 from components.cifar10_example_gen import sources
+from components.contract import IMAGE_KEY, LABEL_KEY, RECORD_ID_KEY
 from components.cifar10_example_gen.spec import EVAL_FRACTION_KEY, SOURCE_URI_KEY
 
 
 def to_example(record: sources.Record) -> tf.train.Example:
     feature = tf.train.Feature
     return tf.train.Example(features=tf.train.Features(feature={
-        "image_raw": feature(bytes_list=tf.train.BytesList(value=[record.image])),
-        "label": feature(int64_list=tf.train.Int64List(value=[record.label])),
-        "record_id": feature(bytes_list=tf.train.BytesList(value=[record.record_id.encode()])),
+        IMAGE_KEY: feature(bytes_list=tf.train.BytesList(value=[record.image])),
+        LABEL_KEY: feature(int64_list=tf.train.Int64List(value=[record.label])),
+        RECORD_ID_KEY: feature(bytes_list=tf.train.BytesList(value=[record.record_id.encode()])),
     }))
 
 

@@ -19,13 +19,8 @@ from typing import BinaryIO, Iterable, Iterator
 
 import numpy as np
 
-LABEL_NAMES = (
-    "airplane", "automobile", "bird", "cat", "deer",
-    "dog", "frog", "horse", "ship", "truck",
-)
-NUM_CLASSES = len(LABEL_NAMES)
-IMAGE_SHAPE = (32, 32, 3)
-IMAGE_BYTES = 32 * 32 * 3
+from components.contract import IMAGE_BYTES, IMAGE_SHAPE, LABEL_NAMES, NUM_CLASSES
+
 BINARY_RECORD_BYTES = 1 + IMAGE_BYTES
 # The largest official batch file is 30,730,000 bytes; anything far larger is
 # not CIFAR-10 and must not be read into memory.

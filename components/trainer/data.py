@@ -18,10 +18,9 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
+from components.contract import IMAGE_KEY, IMAGE_SHAPE, LABEL_KEY
 from components.trainer.keras import tf
 
-IMAGE_KEY = "image_raw"
-LABEL_KEY = "label"
 # Batches prepared ahead of and in parallel with the training step: one per host
 # core (at least two). On a 2-core CPU whole-batch gathers take milliseconds
 # against ~250 ms per step; hosts feeding GPUs or TPUs have more cores to spare.
@@ -36,14 +35,14 @@ FEATURE_SPEC = {
 def decode_images(serialized: tf.Tensor) -> tf.Tensor:
     """A batch of serialized tf.Examples -> uint8 [N,32,32,3] (labels not needed)."""
     features = tf.io.parse_example(serialized, {IMAGE_KEY: FEATURE_SPEC[IMAGE_KEY]})
-    return tf.reshape(tf.io.decode_raw(features[IMAGE_KEY], tf.uint8), [-1, 32, 32, 3])
+    return tf.reshape(tf.io.decode_raw(features[IMAGE_KEY], tf.uint8), [-1, *IMAGE_SHAPE])
 
 
 def decode_examples(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """A batch of serialized tf.Examples -> (uint8 [N,32,32,3], int64 [N])."""
     features = tf.io.parse_example(serialized, FEATURE_SPEC)
     images = tf.io.decode_raw(features[IMAGE_KEY], tf.uint8)
-    return tf.reshape(images, [-1, 32, 32, 3]), features[LABEL_KEY]
+    return tf.reshape(images, [-1, *IMAGE_SHAPE]), features[LABEL_KEY]
 
 
 def read_split(file_patterns: Sequence[str]) -> tf.data.Dataset:

@@ -11,14 +11,10 @@ trained under TPUStrategy, MirroredStrategy or bf16 serves on any CPU.
 
 from __future__ import annotations
 
-from components.cifar10_example_gen.sources import LABEL_NAMES
+from components.contract import (CLASSES_KEY, EXAMPLES_INPUT, EXAMPLES_SIGNATURE, IMAGE_SIZE,
+                                 IMAGES_INPUT, IMAGES_SIGNATURE, LABEL_NAMES, PROBABILITIES_KEY)
 from components.trainer import data
 from components.trainer.keras import keras, tf
-
-IMAGES_SIGNATURE = "serving_default"
-EXAMPLES_SIGNATURE = "serving_examples"
-PROBABILITIES_KEY = "probabilities"
-CLASSES_KEY = "classes"
 
 
 def float32_copy(trained: keras.Model, build_fn) -> keras.Model:
@@ -50,17 +46,17 @@ class ServingModule(tf.Module):
             CLASSES_KEY: tf.gather(self.label_names, tf.argmax(probabilities, axis=1)),
         }
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=IMAGES_INPUT)])
     def serve_images(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         def decode(encoded: tf.Tensor) -> tf.Tensor:
             image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
-            image = tf.image.resize(image, [32, 32], antialias=True)
+            image = tf.image.resize(image, [IMAGE_SIZE, IMAGE_SIZE], antialias=True)
             return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
 
-        decoded = tf.map_fn(decode, images, fn_output_signature=tf.TensorSpec([32, 32, 3], tf.uint8))
+        decoded = tf.map_fn(decode, images, fn_output_signature=tf.TensorSpec([IMAGE_SIZE, IMAGE_SIZE, 3], tf.uint8))
         return self._outputs(decoded)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)])
     def serve_examples(self, examples: tf.Tensor) -> dict[str, tf.Tensor]:
         return self._outputs(data.decode_images(examples))
 

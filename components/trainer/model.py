@@ -15,9 +15,9 @@ from typing import Callable
 
 import numpy as np
 
+from components.contract import IMAGE_SHAPE, NUM_CLASSES
 from components.trainer.keras import keras, tf
 
-NUM_CLASSES = 10
 # Per-channel statistics of the CIFAR-10 training set, on the 0..255 scale.
 CIFAR10_MEAN = (125.3, 123.0, 113.9)
 CIFAR10_STD = (63.0, 62.1, 66.7)
@@ -66,7 +66,7 @@ def build_airbench(widths: tuple[int, int, int] = (32, 64, 128),
                    whitening: np.ndarray | None = None) -> keras.Model:
     """Frozen 2x2 whitening conv, then three conv-pool-conv blocks, then max-pool and a
     scaled linear head. Returns logits."""
-    inputs = keras.Input(shape=(32, 32, 3), dtype=tf.uint8, name="image")
+    inputs = keras.Input(shape=IMAGE_SHAPE, dtype=tf.uint8, name="image")
     x = keras.layers.Lambda(_normalize, name="normalize")(inputs)
     stem_width = 24 if whitening is None else whitening.shape[-1]
     stem = keras.layers.Conv2D(stem_width, 2, padding="valid", use_bias=True, name="whiten",
@@ -94,7 +94,7 @@ def build_airbench(widths: tuple[int, int, int] = (32, 64, 128),
 
 def build_seed_cnn() -> keras.Model:
     """The classic Colab TPU notebook's network (returns logits; softmax is in the loss)."""
-    inputs = keras.Input(shape=(32, 32, 3), dtype=tf.uint8, name="image")
+    inputs = keras.Input(shape=IMAGE_SHAPE, dtype=tf.uint8, name="image")
     x = keras.layers.Lambda(lambda t: tf.cast(t, tf.float32) / 255.0, name="rescale")(inputs)
     x = keras.layers.BatchNormalization()(x)
     for width in (32, 64):

@@ -11,13 +11,12 @@ import time
 from absl import logging
 from tfx.components.trainer.fn_args_utils import FnArgs
 
+from components.contract import HISTORY_FILE, TRAINING_SUMMARY_FILE
 from components.trainer import data, export, model, strategy as strategies
+from components.trainer.config import TrainingConfig
 from components.trainer.keras import keras, tf
-from pipeline.config import TrainingConfig
 
 TPU_PER_REPLICA_BATCH = 128  # fills the TPU's 128x128 matrix unit, as in the classic recipe
-HISTORY_FILE = "history.json"
-TRAINING_SUMMARY_FILE = "training_summary.json"
 
 
 class EpochCheckpoints(keras.callbacks.Callback):
@@ -100,7 +99,7 @@ def _read_history(path: str) -> list[dict]:
 
 def run_fn(fn_args: FnArgs) -> None:
     started = time.time()
-    config = TrainingConfig.from_custom_config(fn_args.custom_config or {})
+    config = TrainingConfig.from_trainer_custom_config(fn_args.custom_config)
     if config.cpu_replicas > 1:
         strategies.configure_cpu_replicas(config.cpu_replicas)
     strategy = strategies.create_strategy(config.strategy, config.tpu, config.cpu_replicas)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
 
-IMAGE_FEATURE = "image_raw"
-LABEL_FEATURE = "label"
-IMAGE_BYTES = 32 * 32 * 3
-NUM_CLASSES = 10
+from components.contract import IMAGE_BYTES, NUM_CLASSES
+from components.contract import IMAGE_KEY as IMAGE_FEATURE
+from components.contract import LABEL_KEY as LABEL_FEATURE
 
 
 class DataValidationError(RuntimeError):

@@ -1,0 +1,48 @@
+"""The shared contract of the pipeline: the one place that names features, labels,
+image shape, serving signatures, pipeline nodes and the Trainer's report files.
+
+Pure Python with no TensorFlow import, so every layer (components, trainer,
+pipeline, CLI, benchmarks, tests) can depend on it cheaply.
+"""
+
+from __future__ import annotations
+
+# tf.Example features written by Cifar10ExampleGen and read by every consumer.
+IMAGE_KEY = "image_raw"  # 3,072 bytes: 32x32x3 uint8, row-major HWC
+LABEL_KEY = "label"  # int64 in 0..NUM_CLASSES-1
+RECORD_ID_KEY = "record_id"  # "<batch file>:<index>", for tracing a record to its source
+
+LABEL_NAMES = (
+    "airplane", "automobile", "bird", "cat", "deer",
+    "dog", "frog", "horse", "ship", "truck",
+)
+NUM_CLASSES = len(LABEL_NAMES)
+IMAGE_SIZE = 32
+IMAGE_CHANNELS = 3
+IMAGE_SHAPE = (IMAGE_SIZE, IMAGE_SIZE, IMAGE_CHANNELS)
+IMAGE_BYTES = IMAGE_SIZE * IMAGE_SIZE * IMAGE_CHANNELS
+
+TRAIN_SPLIT = "train"
+EVAL_SPLIT = "eval"
+
+# Serving signatures of the exported SavedModel and their outputs.
+IMAGES_SIGNATURE = "serving_default"  # encoded image bytes in
+EXAMPLES_SIGNATURE = "serving_examples"  # serialized tf.Examples in (TFMA)
+IMAGES_INPUT = "images"
+EXAMPLES_INPUT = "examples"
+PROBABILITIES_KEY = "probabilities"
+CLASSES_KEY = "classes"
+
+# Node ids of the pipeline, as ML Metadata records them.
+EXAMPLE_GEN_NODE = "Cifar10ExampleGen"
+SCHEMA_NODE = "ImportSchemaGen"
+STATISTICS_NODE = "StatisticsGen"
+EXAMPLE_VALIDATOR_NODE = "ExampleValidator"
+VALIDATION_GATE_NODE = "DataValidationGate"
+TRAINER_NODE = "Trainer"
+EVALUATOR_NODE = "Evaluator"
+PUSHER_NODE = "AtomicPusher"
+
+# Files the Trainer writes next to the model (model_run folder).
+HISTORY_FILE = "history.json"
+TRAINING_SUMMARY_FILE = "training_summary.json"
