@@ -116,6 +116,9 @@ def test_eight_replica_mirrored_training(trained):
     summary = json.loads((root / "run" / "7" / "training_summary.json").read_text())
     assert summary["strategy"] == "mirrored" and summary["replicas"] == 8
     assert summary["global_batch_size"] == 8 * 16
+    # 400 training images make 3 whole batches of 128 per epoch, for 3 epochs.
+    assert summary["training_images_seen"] == 3 * 3 * 128
+    assert summary["training_flops"] == 3 * summary["forward_flops_per_image"] * 3 * 3 * 128
     history = json.loads((root / "run" / "7" / "history.json").read_text())
     assert [e["epoch"] for e in history] == [1, 2, 3]
     assert history[-1]["loss"] < history[0]["loss"]

@@ -12,7 +12,7 @@ from absl import logging
 from tfx.components.trainer.fn_args_utils import FnArgs
 
 from components.contract import HISTORY_FILE, TRAINING_SUMMARY_FILE
-from components.trainer import data, export, model, strategy as strategies
+from components.trainer import data, export, flops, model, strategy as strategies
 from components.trainer.config import TrainingConfig
 from components.trainer.keras import keras, tf
 
@@ -159,10 +159,13 @@ def run_fn(fn_args: FnArgs) -> None:
     fit_seconds = time.time() - fit_started
 
     export_started = time.time()
-    export.export_serving_model(export.float32_copy(network, build), fn_args.serving_model_dir)
+    serving_network = export.float32_copy(network, build)
+    export.export_serving_model(serving_network, fn_args.serving_model_dir)
     export_seconds = time.time() - export_started
     tf.io.gfile.rmtree(backup_dir)  # the model is exported: nothing left to resume
     final = history.epochs[-1] if history.epochs else {}
+    forward_flops = flops.forward_flops_per_image(serving_network)
+    images_seen = epochs * steps_per_epoch * global_batch
     summary = {
         "model": config.model,
         "strategy": kind,
@@ -176,6 +179,9 @@ def run_fn(fn_args: FnArgs) -> None:
         "precision_reason": precision.reason,
         "hardware": precision.hardware.to_json(),
         "train_records": int(train_images.shape[0]),
+        "forward_flops_per_image": forward_flops,
+        "training_images_seen": images_seen,
+        "training_flops": flops.training_flops(forward_flops, images_seen),
         "eval_records": int(eval_images.shape[0]),
         "load_seconds": round(load_seconds, 1),
         "fit_seconds": round(fit_seconds, 1),
