@@ -3,9 +3,11 @@
 (a) the classic Colab recipe (seed_cnn, Adam 1e-3, batch 1,024, fp32) for a fixed
     number of epochs: seconds per epoch and eval accuracy;
 (b) a throughput probe of the default model: training images/s under the Trainer's
-    setting and under one change each (fp32, batch size, input pipeline versus
+    setting and under one change each (precision, batch size, input pipeline versus
     compute only, no input cache, thread counts, oneDNN off, XLA), each in a fresh
-    process, interleaved so that the machine's changes of speed hit all alike;
+    process, interleaved so that the machine's changes of speed hit all alike; and
+    the machine's own dense conv and matmul throughput in the Trainer's precision,
+    against which the model's effective training FLOP/s is an efficiency;
 (c) the pipeline itself (`cifar10-pipeline run --no-cache`), stage by stage;
 (d) CPU serving latency and throughput of the model it pushed.
 
@@ -28,7 +30,8 @@ import numpy as np
 from components.cifar10_example_gen import sources
 from components.cifar10_example_gen.executor import to_example
 from components.cifar10_example_gen.sources import load_arrays
-from components.trainer import model
+from components.trainer import flops, model
+from components.trainer.hardware import decide_precision, detect
 from components.trainer.keras import keras, tf
 from pipeline import data_source
 
@@ -113,6 +116,23 @@ def throughput_probe(arrays, folder: Path, steps: int, rounds: int) -> dict:
     return {"steps": steps, "rounds": rounds, "settings": settings}
 
 
+def machine_peak(rounds: int) -> dict:
+    """The best of `rounds` fresh-process measurements of conv and matmul GFLOP/s, in the
+    precision `auto` picks here, and the default model's training FLOPs per image."""
+    runs = []
+    for _ in range(rounds):
+        done = subprocess.run([sys.executable, "-m", "benchmarks.peak"], capture_output=True,
+                              text=True, check=True)
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    hardware = detect("cpu")
+    forward = flops.forward_flops_per_image(model.build("airbench"))
+    return {"precision": runs[0]["precision"], "hardware": hardware.to_json(),
+            "precision_reason": decide_precision("auto", hardware).reason,
+            "conv3x3_gflops": max(r["conv3x3_gflops"] for r in runs),
+            "matmul_gflops": max(r["matmul_gflops"] for r in runs),
+            "training_flops_per_image": flops.training_flops(forward, 1), "runs": runs}
+
+
 def pipeline_run(source: str, output_dir: Path, extra: list[str]) -> dict:
     started = time.time()
     done = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--data", source,
@@ -163,6 +183,7 @@ def main() -> None:
     results["classic"] = classic_recipe(arrays, args.classic_epochs)
     print("(b) throughput probe ...", flush=True)
     results["probe"] = throughput_probe(arrays, output_dir, args.probe_steps, args.probe_rounds)
+    results["peak"] = machine_peak(args.probe_rounds)
     if not args.skip_pipeline:
         print("(c) pipeline run --no-cache ...", flush=True)
         results["pipeline"] = pipeline_run(source, output_dir / "run", [])
@@ -198,6 +219,22 @@ def render(results: dict) -> str:
         (f"classic: eval accuracy after {classic['epochs']} epochs", f"{classic['eval_accuracy']:.4f}"),
         ("classic: projected 50-epoch run (s)", f"{classic['projected_full_run_seconds']:.0f}"),
     ]
+    peak = results.get("peak")
+    if peak:
+        default_rate = next(iter(probe["settings"].values()))["images_per_second"]
+        effective = default_rate * peak["training_flops_per_image"] / 1e9
+        hardware = peak["hardware"]
+        rows += [
+            ("machine", f"{hardware['cpu_model']} ({', '.join(hardware['cpu_flags'])}); "
+                        f"precision {peak['precision']}: {peak['precision_reason']}"),
+            (f"machine: TF conv 3x3 / matmul 2048, {peak['precision']} (GFLOP/s)",
+             f"{peak['conv3x3_gflops']:.0f} / {peak['matmul_gflops']:.0f}"),
+            ("default model: effective training GFLOP/s (3 x forward FLOPs x images/s)",
+             f"{effective:.0f} = {peak['training_flops_per_image'] / 1e6:.0f} MFLOP x "
+             f"{default_rate:.0f} img/s"),
+            ("efficiency: effective / conv throughput (goal >= 0.70)",
+             f"{effective / peak['conv3x3_gflops']:.2f}"),
+        ]
     for name, measured in probe["settings"].items():
         rows.append((f"probe, {name}: training images/s (x default; first step s)",
                      f"{measured['images_per_second']:.0f} ({measured['relative_to_default']:.2f}x; "
@@ -217,6 +254,9 @@ def render(results: dict) -> str:
             ("pipeline: eval accuracy (TFMA, with test-time flip)", f"{run.get('eval_accuracy')}"),
             ("pipeline: blessed / exit status", f"{run.get('blessed')} / {run['exit_status']}"),
             ("pipeline: total wall seconds", f"{run['wall_seconds']:.0f}"),
+            ("pipeline: training FLOPs", f"{run.get('training_flops') or 0:.2e}"),
+            ("pipeline wall time in classic-recipe epochs (goal <= 5)",
+             f"{run['wall_seconds'] / classic['median_seconds_per_epoch']:.1f}"),
             ("pipeline: time to 80% eval accuracy (s)", "not reached" if ttr is None else f"{ttr:.0f}"),
         ]
         if ttr is not None:

@@ -2,6 +2,7 @@
 the time-to-accuracy arithmetic and the throughput probe's input variants."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,9 +45,16 @@ def test_render_reports_probe_and_pipeline_rows():
                                            "relative_to_default": 1.0,
                                            "first_step_seconds": 1.0}}},
         "pipeline": summary,
+        "peak": {"precision": "float32", "precision_reason": "CPU X: no native bf16",
+                 "hardware": {"cpu_model": "X", "cpu_flags": ["avx2"]},
+                 "conv3x3_gflops": 100.0, "matmul_gflops": 110.0,
+                 "training_flops_per_image": 120e6},
     }
     table = bench.render(results)
     assert "300.0 = 4.0 + 14.0 + 270.0 + 12.0" in table
+    # 2,000 images/s x 120 MFLOP = 240 GFLOP/s against a 100 GFLOP/s conv.
+    assert "240 = 120 MFLOP x 2000 img/s" in table and "2.40" in table
+    assert re.search(r"in classic-recipe epochs \(goal <= 5\) +6.7\n", table)  # 400 s / 60 s
     assert "2000 (1.00x; 1.0)" in table
     assert f"{(37.3 + 18.0 + 44.0) / 3000.0:.3f}" in table
 
@@ -64,3 +72,12 @@ def test_throughput_probe_measures_each_input(tmp_path, input_kind):
     assert done.returncode == 0, done.stderr[-2000:]
     measured = json.loads(done.stdout.strip().splitlines()[-1])
     assert measured["images_per_second"] > 0 and measured["first_step_seconds"] > 0
+
+
+def test_peak_probe_reports_conv_and_matmul_throughput():
+    done = subprocess.run([sys.executable, "-m", "benchmarks.peak", "--precision", "float32",
+                           "--min-seconds", "0.1"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    assert measured["precision"] == "float32"
+    assert measured["conv3x3_gflops"] > 0 and measured["matmul_gflops"] > 0
