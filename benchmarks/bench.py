@@ -33,7 +33,10 @@ from components.cifar10_example_gen.sources import load_arrays
 from components.trainer import flops, model
 from components.trainer.hardware import decide_precision, detect
 from components.trainer.keras import keras, tf
+from components.contract import (EXAMPLE_GEN_NODE, EXAMPLE_VALIDATOR_NODE, SCHEMA_NODE,
+                                 STATISTICS_NODE, VALIDATION_GATE_NODE)
 from pipeline import data_source
+from pipeline.summary import RunSummary
 
 CLASSIC_FULL_EPOCHS = 50  # the classic recipe's schedule
 
@@ -139,24 +142,24 @@ def pipeline_run(source: str, output_dir: Path, extra: list[str]) -> dict:
                            "--output-dir", str(output_dir), "--no-cache", *extra],
                           capture_output=True, text=True)
     wall = time.time() - started
-    summary = json.loads((output_dir / "run_summary.json").read_text())
-    summary["wall_seconds"] = wall
-    summary["exit_status"] = done.returncode
-    return summary
+    summary = RunSummary.load(output_dir)
+    return {"summary": summary.to_json(), "wall_seconds": wall, "exit_status": done.returncode,
+            "time_to_80_seconds": time_to_accuracy(summary, 0.80)}
 
 
-def time_to_accuracy(summary: dict, target: float) -> float | None:
+def time_to_accuracy(summary: RunSummary, target: float) -> float | None:
     """Seconds from the start of the pipeline run until the end of the first epoch whose
     eval accuracy (without test-time flip) reached `target`: the stages before the
     Trainer, the Trainer's loading and model building, then the epochs."""
-    stages = summary["stage_seconds"]
-    before_trainer = sum(v for k, v in stages.items()
-                         if k in ("Cifar10ExampleGen", "ImportSchemaGen", "StatisticsGen",
-                                  "ExampleValidator", "DataValidationGate"))
-    trainer_startup = ((summary.get("trainer_seconds") or 0) - (summary.get("fit_seconds") or 0)
-                       - (summary.get("export_seconds") or 0))
+    before_trainer = sum(v for k, v in summary.stage_seconds.items()
+                         if k in (EXAMPLE_GEN_NODE, SCHEMA_NODE, STATISTICS_NODE,
+                                  EXAMPLE_VALIDATOR_NODE, VALIDATION_GATE_NODE))
+    training = summary.training
+    if training is None:
+        return None
+    trainer_startup = training.trainer_seconds - training.fit_seconds - training.export_seconds
     elapsed = 0.0
-    for epoch in summary.get("history", []):
+    for epoch in summary.history:
         elapsed += epoch["seconds"]
         if epoch.get("val_accuracy", 0) >= target:
             return before_trainer + max(0.0, trainer_startup) + elapsed
@@ -187,8 +190,8 @@ def main() -> None:
     if not args.skip_pipeline:
         print("(c) pipeline run --no-cache ...", flush=True)
         results["pipeline"] = pipeline_run(source, output_dir / "run", [])
-        results["pipeline"]["time_to_80_seconds"] = time_to_accuracy(results["pipeline"], 0.80)
-        if results["pipeline"].get("pushed"):
+        pushed = RunSummary.from_json(results["pipeline"]["summary"]).push
+        if pushed is not None and pushed.pushed:
             print("(d) serving latency of the pushed model ...", flush=True)
             results["serving"] = subprocess.run(
                 [sys.executable, "-m", "benchmarks.serving_latency", "--model-dir",
@@ -199,14 +202,14 @@ def main() -> None:
     print(f"\nraw figures: {output_dir / 'bench.json'}")
 
 
-def _trainer_breakdown(run: dict) -> str:
-    total, load, fit, export = (run.get(k) or 0.0 for k in (
-        "trainer_seconds", "load_seconds", "fit_seconds", "export_seconds"))
+def _trainer_breakdown(training) -> str:
+    total, load, fit, export = (training.trainer_seconds, training.load_seconds,
+                                training.fit_seconds, training.export_seconds)
     return f"{total:.1f} = {load:.1f} + {total - load - fit - export:.1f} + {fit:.1f} + {export:.1f}"
 
 
-def _epoch_seconds(run: dict) -> str:
-    seconds = [e["seconds"] for e in run.get("history", [])]
+def _epoch_seconds(summary: RunSummary) -> str:
+    seconds = [e["seconds"] for e in summary.history]
     if len(seconds) < 2:
         return "n/a"
     return f"{seconds[0]:.1f}; {float(np.median(seconds[1:])):.1f}"
@@ -241,20 +244,25 @@ def render(results: dict) -> str:
                      f"{measured['first_step_seconds']:.1f})"))
     run = results.get("pipeline")
     if run:
-        for stage, seconds in run["stage_seconds"].items():
+        summary = RunSummary.from_json(run["summary"], "bench.json pipeline summary")
+        training, evaluation = summary.training, summary.evaluation
+        for stage, seconds in summary.stage_seconds.items():
             rows.append((f"pipeline stage {stage} (s)", f"{seconds:.1f}"))
-        ttr = run.get("time_to_80_seconds")
+        ttr = run["time_to_80_seconds"]
+        fit = training.fit_seconds if training else 0.0
         rows += [
-            ("pipeline: Trainer = load + build + fit + export (s)", _trainer_breakdown(run)),
-            ("pipeline: seconds per epoch (first; median of the rest)", _epoch_seconds(run)),
+            ("pipeline: Trainer = load + build + fit + export (s)",
+             _trainer_breakdown(training) if training else "did not train"),
+            ("pipeline: seconds per epoch (first; median of the rest)", _epoch_seconds(summary)),
             ("pipeline: seconds inside fit but outside the epochs (pauses)",
-             f"{(run.get('fit_seconds') or 0) - sum(e['seconds'] for e in run.get('history', [])):.1f}"),
+             f"{fit - sum(e['seconds'] for e in summary.history):.1f}"),
             ("pipeline: overhead, everything but the Trainer's fit (s)",
-             f"{run['wall_seconds'] - (run.get('fit_seconds') or 0):.0f}"),
-            ("pipeline: eval accuracy (TFMA, with test-time flip)", f"{run.get('eval_accuracy')}"),
-            ("pipeline: blessed / exit status", f"{run.get('blessed')} / {run['exit_status']}"),
+             f"{run['wall_seconds'] - fit:.0f}"),
+            ("pipeline: eval accuracy (TFMA, with test-time flip)",
+             f"{evaluation.eval_accuracy if evaluation else None}"),
+            ("pipeline: blessed / exit status", f"{summary.blessed} / {run['exit_status']}"),
             ("pipeline: total wall seconds", f"{run['wall_seconds']:.0f}"),
-            ("pipeline: training FLOPs", f"{run.get('training_flops') or 0:.2e}"),
+            ("pipeline: training FLOPs", f"{training.training_flops:.2e}" if training else "0"),
             ("pipeline wall time in classic-recipe epochs (goal <= 5)",
              f"{run['wall_seconds'] / classic['median_seconds_per_epoch']:.1f}"),
             ("pipeline: time to 80% eval accuracy (s)", "not reached" if ttr is None else f"{ttr:.0f}"),

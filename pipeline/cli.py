@@ -98,7 +98,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(report_text.render(facts))
     if report_path:
         print(f"report         {report_path}")
-    if facts.get("blessed") is False:
+    if facts.blessed is False:
         return EXIT_NOT_BLESSED
     return EXIT_OK
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
-import json
 import logging
 import os
 import sys
@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Iterator
 
 from pipeline.config import PipelineConfig, TrainingConfig
+from pipeline.summary import RunSummary
 
-SUMMARY_FILE = "run_summary.json"
 LOCK_FILE = ".run.lock"
 DEFAULT_BEAM_ARGS = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
 
@@ -122,7 +122,7 @@ def _logs_to_file(path: Path) -> Iterator[None]:
             root.addHandler(handler)
 
 
-def run(config: PipelineConfig, output_dir: Path) -> dict:
+def run(config: PipelineConfig, output_dir: Path) -> RunSummary:
     """Runs the pipeline and returns (and writes) the run summary."""
     from tfx import v1 as tfx
 
@@ -138,24 +138,12 @@ def run(config: PipelineConfig, output_dir: Path) -> dict:
             tfx.orchestration.LocalDagRunner().run(create_pipeline(config))
         except BaseException as err:  # summarise what did run, then re-raise
             failure = err
-        facts = summary.collect(config.metadata_path)
-        facts["total_seconds"] = round(time.time() - started, 1)
-        facts["log_file"] = str(log_path)
-        facts["failed"] = None if failure is None else f"{type(failure).__name__}: {failure}"
-        facts.update(source=config.source_uri, accuracy_gate=config.accuracy_gate)
-        write_summary(output_dir, facts)
+        facts = dataclasses.replace(
+            summary.collect(config.metadata_path),
+            total_seconds=round(time.time() - started, 1), log_file=str(log_path),
+            failed=None if failure is None else f"{type(failure).__name__}: {failure}",
+            source=config.source_uri, accuracy_gate=config.accuracy_gate)
+        facts.write(output_dir)
     if failure is not None:
         raise failure
     return facts
-
-
-def write_summary(output_dir: Path, facts: dict) -> Path:
-    """Writes run_summary.json atomically (record_counts and stage_seconds first)."""
-    ordered = {"record_counts": facts.get("record_counts", {}),
-               "stage_seconds": facts.get("stage_seconds", {})}
-    ordered.update(facts)
-    path = output_dir / SUMMARY_FILE
-    partial = path.with_suffix(".json.part")
-    partial.write_text(json.dumps(ordered, indent=1, default=str))
-    partial.replace(path)
-    return path

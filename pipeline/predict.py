@@ -78,12 +78,13 @@ def _eval_images(args: argparse.Namespace):
 
     if args.data:
         return load_arrays(data_source.resolve(args.data))["eval"]
-    summary = Path(args.model_dir).resolve().parent.parent / "run_summary.json"
-    examples = json.loads(summary.read_text()).get("artifacts", {}).get("examples") \
-        if summary.exists() else None
-    if not examples:
-        raise FileNotFoundError(f"{summary}: no run to take eval images from; pass --data")
     from pipeline.report import read_split
+    from pipeline.summary import RunSummary
+
+    run_dir = Path(args.model_dir).resolve().parent.parent
+    examples = RunSummary.load(run_dir).artifacts.get("examples")
+    if not examples:
+        raise FileNotFoundError(f"{run_dir}: the run ingested no data; pass --data")
 
     images, labels, _ = read_split(examples, "eval")
     return images, labels

@@ -1,22 +1,30 @@
 """`<output-dir>/report.html`: data, training and verdict of a run on one self-contained
-page (plots from matplotlib, images inlined as PNG data URIs, no network needed)."""
+page (plots from matplotlib, images inlined as PNG data URIs, no network needed).
+
+Every figure comes from the typed run summary, which took it from the statistics
+artifact and TFMA's output; the data is read again only for pictures, from a bounded
+sample: sample images per class, and the most confident mistakes among the first
+`MISTAKES_SAMPLE` eval records."""
 
 from __future__ import annotations
 
 import base64
 import html
 import io
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from components.contract import LABEL_NAMES
+from components.contract import (EVAL_SPLIT, EXAMPLES_INPUT, EXAMPLES_SIGNATURE, IMAGE_SHAPE,
+                                 LABEL_NAMES, NUM_CLASSES, PROBABILITIES_KEY, TRAIN_SPLIT)
+from pipeline.summary import RunSummary
 
 REPORT_FILE = "report.html"
 SAMPLES_PER_CLASS = 8
+SAMPLE_RECORDS = 1000  # train records read for the sample grid
+MISTAKES_SAMPLE = 2000  # eval records the exported model classifies for the mistakes panel
 MISTAKES_SHOWN = 24
 
 
@@ -40,15 +48,20 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def read_split(examples_uri: str, split: str) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
+def read_split(examples_uri: str, split: str, limit: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
+    """The first `limit` records of a split (all of them without a limit), in file order."""
     import tensorflow as tf
 
     from components.trainer import data
 
-    files = tf.io.gfile.glob(os.path.join(examples_uri, f"Split-{split}", "*"))
-    serialized = [r.numpy() for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+    files = sorted(tf.io.gfile.glob(os.path.join(examples_uri, f"Split-{split}", "*")))
+    records = tf.data.TFRecordDataset(files, compression_type="GZIP")
+    if limit is not None:
+        records = records.take(limit)
+    serialized = [r.numpy() for r in records]
     if not serialized:
-        return np.zeros((0, 32, 32, 3), np.uint8), np.zeros(0, np.int64), []
+        return np.zeros((0, *IMAGE_SHAPE), np.uint8), np.zeros(0, np.int64), []
     images, labels = data.decode_examples(tf.constant(serialized))
     return images.numpy(), labels.numpy(), serialized
 
@@ -67,40 +80,39 @@ def _grid(images: np.ndarray, columns: int, captions: list[str] | None = None, s
     return figure
 
 
-def data_section(facts: dict, train, evals) -> str:
+def data_section(summary: RunSummary, train) -> str:
     import matplotlib.pyplot as plt
 
-    counts = {split: np.bincount(labels, minlength=10) for split, (_, labels, _) in
-              (("train", train), ("eval", evals))}
-    figure, axis = plt.subplots(figsize=(8, 3))
-    x = np.arange(10)
-    for offset, (split, values) in zip((-0.2, 0.2), counts.items()):
-        axis.bar(x + offset, values, width=0.4, label=f"{split} ({values.sum()})")
-    axis.set_xticks(x, LABEL_NAMES, rotation=30, fontsize=8)
-    axis.set_ylabel("records")
-    axis.legend()
-    chart = _png(figure)
+    chart = ""
+    if summary.evaluation and summary.evaluation.per_class_eval_records:
+        per_class = summary.evaluation.per_class_eval_records
+        figure, axis = plt.subplots(figsize=(8, 3))
+        axis.bar(np.arange(NUM_CLASSES), [per_class.get(i, 0) for i in range(NUM_CLASSES)])
+        axis.set_xticks(np.arange(NUM_CLASSES), LABEL_NAMES, rotation=30, fontsize=8)
+        axis.set_ylabel("eval records")
+        chart = _img(_png(figure), "eval records per class")
     images, labels, _ = train
     samples, captions = [], []
-    for label in range(10):
+    for label in range(NUM_CLASSES):
         chosen = np.flatnonzero(labels == label)[:SAMPLES_PER_CLASS]
         samples.extend(images[chosen])
         captions.extend([LABEL_NAMES[label]] * len(chosen))
     grid = _png(_grid(np.array(samples), SAMPLES_PER_CLASS, captions)) if samples else ""
-    stats = _statistics_table(facts)
-    return (f"<h2>Data</h2><p>Records per split: train {counts['train'].sum()}, "
-            f"eval {counts['eval'].sum()} (source {html.escape(str(facts.get('source', '')))})</p>"
-            f"{_img(chart, 'records per class')}<h3>Sample images per class (train)</h3>"
+    stats = _statistics_table(summary)
+    counts = ", ".join(f"{split} {count}" for split, count in summary.record_counts.items())
+    return (f"<h2>Data</h2><p>Records per split: {counts} "
+            f"(source {html.escape(str(summary.source))})</p>"
+            f"{chart}<h3>Sample images per class (train)</h3>"
             f"{_img(grid, 'sample grid') if grid else '<p>no images</p>'}"
             f"<h3>TFDV statistics and anomalies</h3>{stats}")
 
 
-def _statistics_table(facts: dict) -> str:
+def _statistics_table(summary: RunSummary) -> str:
     from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
 
-    artifacts = facts.get("artifacts", {})
+    artifacts = summary.artifacts
     rows, anomalies = [], []
-    for split in ("train", "eval"):
+    for split in (TRAIN_SPLIT, EVAL_SPLIT):
         path = os.path.join(artifacts.get("statistics", ""), f"Split-{split}", "FeatureStats.pb")
         if os.path.exists(path):
             stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(Path(path).read_bytes())
@@ -128,10 +140,10 @@ def _statistics_table(facts: dict) -> str:
     return table + listed
 
 
-def training_section(facts: dict) -> str:
+def training_section(summary: RunSummary) -> str:
     import matplotlib.pyplot as plt
 
-    history = facts.get("history", [])
+    history, training = summary.history, summary.training
     if not history:
         return "<h2>Training</h2><p>The Trainer did not run.</p>"
     epochs = [e["epoch"] for e in history]
@@ -150,74 +162,83 @@ def training_section(facts: dict) -> str:
     rows = [[e["epoch"], f"{e['seconds']:.1f}", f"{e.get('loss', 0):.4f}",
              f"{e.get('accuracy', 0):.4f}", f"{e.get('val_accuracy', 0):.4f}",
              f"{e.get('learning_rate', 0):.4g}"] for e in history]
-    setup = _table(["model", "strategy", "replicas", "per-replica batch", "global batch",
-                    "epochs", "precision", "fit seconds", "resumed from epoch"],
-                   [[facts.get(k) for k in ("model", "strategy", "replicas",
-                                            "per_replica_batch_size", "global_batch_size",
-                                            "epochs", "precision", "fit_seconds",
-                                            "resumed_from_epoch")]])
+    setup = "" if training is None else _table(
+        ["model", "strategy", "replicas", "per-replica batch", "global batch", "epochs",
+         "precision", "training FLOPs", "fit seconds", "resumed from epoch"],
+        [[training.model, training.strategy, training.replicas, training.per_replica_batch_size,
+          training.global_batch_size, training.epochs,
+          f"{training.precision} ({training.precision_reason})",
+          f"{training.training_flops:.2e}", training.fit_seconds, training.resumed_from_epoch]])
     return (f"<h2>Training</h2>{setup}{_img(_png(figure), 'training curves')}"
             + _table(["epoch", "seconds", "loss", "accuracy", "eval accuracy",
                       "learning rate"], rows))
 
 
-def evaluation_section(facts: dict, evals) -> str:
+def evaluation_section(summary: RunSummary) -> str:
     import matplotlib.pyplot as plt
     import tensorflow as tf
 
-    accuracy, gate = facts.get("eval_accuracy"), facts.get("accuracy_gate")
+    evaluation = summary.evaluation
+    if evaluation is None or evaluation.eval_accuracy is None:
+        return "<h2>Evaluation</h2><p>The Evaluator did not run.</p>"
+    gate = summary.accuracy_gate
     header = (f"<h2>Evaluation</h2><p>Overall accuracy (TFMA, eval split): "
-              f"<b>{'n/a' if accuracy is None else f'{100 * accuracy:.2f}%'}</b>"
-              f" against the gate of {'n/a' if gate is None else f'{100 * gate:.0f}%'}</p>")
-    model_dir = os.path.join(facts.get("artifacts", {}).get("model", ""), "Format-Serving")
-    images, labels, serialized = evals
-    if not os.path.exists(model_dir) or not serialized:
-        return header + "<p>No trained model to evaluate.</p>"
-    serve = tf.saved_model.load(model_dir).signatures["serving_examples"]
-    probabilities = np.concatenate([serve(examples=tf.constant(serialized[i:i + 512]))
-                                    ["probabilities"].numpy()
-                                    for i in range(0, len(serialized), 512)])
-    predicted = probabilities.argmax(1)
-    confusion = np.zeros((10, 10), np.int64)
-    np.add.at(confusion, (labels, predicted), 1)
-    per_class = confusion.diagonal() / np.maximum(confusion.sum(1), 1)
+              f"<b>{100 * evaluation.eval_accuracy:.2f}%</b>"
+              + ("" if gate is None else f" against the gate of {100 * gate:.0f}%") + "</p>")
+    confusion = np.array(evaluation.confusion_matrix, np.int64)
+    per_class = np.array([evaluation.per_class_accuracy.get(i, 0.0) for i in range(NUM_CLASSES)])
     figure, (bars, matrix) = plt.subplots(1, 2, figsize=(12, 4.5))
     bars.barh(LABEL_NAMES, per_class)
     bars.set_xlim(0, 1)
     bars.set_title("per-class accuracy")
     shown = matrix.imshow(confusion, cmap="Blues")
-    matrix.set_xticks(range(10), LABEL_NAMES, rotation=60, fontsize=7)
-    matrix.set_yticks(range(10), LABEL_NAMES, fontsize=7)
+    matrix.set_xticks(range(NUM_CLASSES), LABEL_NAMES, rotation=60, fontsize=7)
+    matrix.set_yticks(range(NUM_CLASSES), LABEL_NAMES, fontsize=7)
     matrix.set_xlabel("predicted")
     matrix.set_ylabel("true")
     matrix.set_title("confusion matrix")
     for (row, column), value in np.ndenumerate(confusion):
         matrix.text(column, row, str(value), ha="center", va="center", fontsize=6)
     figure.colorbar(shown, ax=matrix)
+    rows = [[LABEL_NAMES[i], evaluation.per_class_eval_records.get(i, 0),
+             f"{100 * per_class[i]:.2f}%"] for i in range(NUM_CLASSES)]
+    body = (header + _img(_png(figure), "per-class accuracy and confusion matrix")
+            + _table(["class", "eval records", "accuracy"], rows))
+    model_dir = os.path.join(summary.artifacts.get("model", ""), "Format-Serving")
+    images, labels, serialized = (read_split(summary.artifacts["examples"], EVAL_SPLIT,
+                                             MISTAKES_SAMPLE)
+                                  if "examples" in summary.artifacts else ([], [], []))
+    if not os.path.exists(model_dir) or not serialized:
+        return body
+    serve = tf.saved_model.load(model_dir).signatures[EXAMPLES_SIGNATURE]
+    probabilities = np.concatenate([serve(**{EXAMPLES_INPUT: tf.constant(serialized[i:i + 512])})
+                                    [PROBABILITIES_KEY].numpy()
+                                    for i in range(0, len(serialized), 512)])
+    predicted = probabilities.argmax(1)
     wrong = np.flatnonzero(predicted != labels)
     worst = wrong[np.argsort(-probabilities[wrong].max(1))][:MISTAKES_SHOWN]
     captions = [f"{LABEL_NAMES[labels[i]]}->{LABEL_NAMES[predicted[i]]} "
                 f"{100 * probabilities[i].max():.0f}%" for i in worst]
     mistakes = (_img(_png(_grid(images[worst], 8, captions, scale=1.3)), "confident mistakes")
                 if len(worst) else "<p>No mistakes.</p>")
-    rows = [[LABEL_NAMES[i], int(confusion[i].sum()), f"{100 * per_class[i]:.2f}%"]
-            for i in range(10)]
-    return (header + _img(_png(figure), "per-class accuracy and confusion matrix")
-            + _table(["class", "eval records", "accuracy"], rows)
-            + "<h3>Most confident mistakes</h3>" + mistakes)
+    return (body + "<h3>Most confident mistakes</h3>"
+            f"<p>Among the first {len(serialized)} eval records.</p>" + mistakes)
 
 
-def outcome_section(facts: dict) -> str:
-    blessed = facts.get("blessed")
+def outcome_section(summary: RunSummary) -> str:
+    blessed = summary.blessed
     verdict = ("BLESSED" if blessed else "NOT BLESSED") if blessed is not None else "not evaluated"
-    reasons = "".join(f"<li>{html.escape(r)}</li>" for r in facts.get("gate_failures", []))
-    pushed = facts.get("pushed_version_dir") if facts.get("pushed") else None
-    stages = [[stage, f"{seconds:.1f}", facts.get("stage_states", {}).get(stage, "")]
-              for stage, seconds in facts.get("stage_seconds", {}).items()]
+    failures = summary.evaluation.gate_failures if summary.evaluation else []
+    if summary.failed:
+        failures = [*failures, f"the run failed: {summary.failed}"]
+    reasons = "".join(f"<li>{html.escape(r)}</li>" for r in failures)
+    pushed = summary.push.pushed_version_dir if summary.push and summary.push.pushed else None
+    stages = [[stage, f"{seconds:.1f}", summary.stage_states.get(stage, "")]
+              for stage, seconds in summary.stage_seconds.items()]
     return (f"<h2>Outcome</h2><p class='{'ok' if blessed else 'bad'}'>{verdict}</p>"
             f"{f'<ul>{reasons}</ul>' if reasons else ''}"
             f"<p>Pushed: {html.escape(pushed) if pushed else 'nothing'}</p>"
-            f"<p>Total: {facts.get('total_seconds', 'n/a')} s</p>"
+            f"<p>Total: {summary.total_seconds} s</p>"
             + _table(["stage", "seconds", "state"], stages))
 
 
@@ -231,18 +252,15 @@ def build_report(run_dir: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
-    summary_path = run_dir / "run_summary.json"
-    if not summary_path.exists():
-        raise FileNotFoundError(f"{summary_path}: no run summary; run the pipeline first")
-    facts = json.loads(summary_path.read_text())
-    examples = facts.get("artifacts", {}).get("examples")
-    train = read_split(examples, "train") if examples else (np.zeros((0, 32, 32, 3)), np.zeros(0, int), [])
-    evals = read_split(examples, "eval") if examples else (np.zeros((0, 32, 32, 3)), np.zeros(0, int), [])
-    body = [outcome_section(facts), data_section(facts, train, evals), training_section(facts),
-            evaluation_section(facts, evals)]
+    summary = RunSummary.load(run_dir)
+    examples = summary.artifacts.get("examples")
+    train = (read_split(examples, TRAIN_SPLIT, SAMPLE_RECORDS) if examples
+             else (np.zeros((0, *IMAGE_SHAPE), np.uint8), np.zeros(0, np.int64), []))
+    body = [outcome_section(summary), data_section(summary, train), training_section(summary),
+            evaluation_section(summary)]
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>CIFAR-10 run "
-            f"{html.escape(str(facts.get('run_id', '')))}</title><style>{STYLE}</style></head>"
-            f"<body><h1>CIFAR-10 pipeline run {html.escape(str(facts.get('run_id', '')))}</h1>"
+            f"{html.escape(summary.run_id)}</title><style>{STYLE}</style></head>"
+            f"<body><h1>CIFAR-10 pipeline run {html.escape(summary.run_id)}</h1>"
             + "".join(body) + "</body></html>")
     target = run_dir / REPORT_FILE
     partial = target.with_suffix(".html.part")

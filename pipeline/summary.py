@@ -1,36 +1,130 @@
-"""The facts of a local run, read back from ML Metadata and the artifacts it records.
+"""The facts of a local run as one typed record, `RunSummary`, read once from ML
+Metadata and the artifacts it records, written to `run_summary.json`, and read back
+(strictly: a missing or unknown field is an error) by the console summary, the
+report, the benchmark and the tests.
 
 Works for cached executions too: a cache hit reuses the earlier artifacts, so the
-summary still reports their record counts, accuracy and pushed version.
+summary still reports their record counts, accuracy and pushed version. Nothing here
+reads the data again: record counts come from the statistics artifact, accuracy,
+per-class figures and the confusion matrix from TFMA's output.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-import ml_metadata as mlmd
-from ml_metadata.proto import metadata_store_pb2
-from tfx.orchestration import metadata
+from components.contract import (
+    EVAL_SPLIT,
+    EVALUATOR_NODE,
+    EXAMPLE_GEN_NODE,
+    EXAMPLE_VALIDATOR_NODE,
+    HISTORY_FILE,
+    LABEL_KEY,
+    NUM_CLASSES,
+    PUSHER_NODE,
+    STATISTICS_NODE,
+    TRAIN_SPLIT,
+    TRAINER_NODE,
+    TRAINING_SUMMARY_FILE,
+)
+from components.trainer.training_summary import TrainingSummary, strict_from_json
 
-from components.contract import HISTORY_FILE, TRAINING_SUMMARY_FILE
-
-_STATE_NAMES = {v: k.lower() for k, v in metadata_store_pb2.Execution.State.items()}
-
-
-def _latest_run_context(store: mlmd.MetadataStore) -> metadata_store_pb2.Context:
-    runs = store.get_contexts_by_type("pipeline_run")
-    if not runs:
-        raise RuntimeError("the metadata store holds no pipeline run")
-    return max(runs, key=lambda c: (c.create_time_since_epoch, c.id))
+SUMMARY_FILE = "run_summary.json"
+ACCURACY_METRIC = "sparse_categorical_accuracy"
+CONFUSION_PLOT = "multiClassConfusionMatrixAtThresholds"
 
 
-def _node_id(store: mlmd.MetadataStore, execution_id: int, node_contexts) -> str:
-    for context in store.get_contexts_by_execution(execution_id):
-        if context.id in node_contexts:
-            return node_contexts[context.id]
-    return "unknown"
+@dataclass(frozen=True)
+class Evaluation:
+    """What TFMA measured on the eval split, and why the gate refused, if it did."""
+
+    eval_accuracy: float | None
+    baseline_accuracy: float | None  # the model compared against, when there was one
+    per_class_accuracy: dict[int, float]
+    per_class_eval_records: dict[int, int]
+    confusion_matrix: list[list[int]]  # [true class][predicted class] -> eval records
+    gate_failures: list[str]
+
+
+@dataclass(frozen=True)
+class Push:
+    pushed: bool
+    pushed_version_dir: str | None
+    pushed_new_version: bool
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    record_counts: dict[str, int]  # split -> records, from the statistics artifact
+    stage_seconds: dict[str, float]  # node id -> seconds, in execution order
+    stage_states: dict[str, str]  # node id -> complete, cached, failed, ...
+    artifacts: dict[str, str]  # examples, statistics, anomalies, model -> URI
+    training: TrainingSummary | None = None
+    history: list[dict[str, float]] = field(default_factory=list)  # one entry per epoch
+    model_run_dir: str | None = None
+    evaluation: Evaluation | None = None
+    blessed: bool | None = None
+    push: Push | None = None
+    # Filled in by the runner once the pipeline has stopped.
+    total_seconds: float | None = None
+    log_file: str | None = None
+    failed: str | None = None  # "ErrorType: message" of a failed run
+    source: str | None = None
+    accuracy_gate: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Flat JSON, record counts and stage times first; the training and evaluation
+        fields sit at the top level, and are absent when that step did not run."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        flat: dict[str, Any] = {"record_counts": values.pop("record_counts"),
+                                "stage_seconds": values.pop("stage_seconds")}
+        for name in ("training", "evaluation", "push"):
+            part = values.pop(name)
+            if part is not None:
+                flat.update(dataclasses.asdict(part))
+        flat.update(values)
+        return flat
+
+    @classmethod
+    def from_json(cls, values: dict[str, Any], where: str = SUMMARY_FILE) -> RunSummary:
+        values = dict(values)
+        parts: dict[str, Any] = {}
+        for name, part_type in (("training", TrainingSummary), ("evaluation", Evaluation),
+                                ("push", Push)):
+            names = [f.name for f in dataclasses.fields(part_type)]
+            present = [n for n in names if n in values]
+            if present:
+                parts[name] = strict_from_json(
+                    part_type, {n: values.pop(n) for n in present}, f"{where} ({name})")
+        if "evaluation" in parts:
+            evaluation = parts["evaluation"]
+            parts["evaluation"] = dataclasses.replace(
+                evaluation,  # JSON object keys are strings
+                per_class_accuracy={int(k): v for k, v in evaluation.per_class_accuracy.items()},
+                per_class_eval_records={int(k): v for k, v in
+                                        evaluation.per_class_eval_records.items()})
+        return strict_from_json(cls, {**values, **parts}, where)
+
+    def write(self, output_dir: Path) -> Path:
+        """Writes `<output_dir>/run_summary.json` atomically."""
+        path = output_dir / SUMMARY_FILE
+        partial = path.with_suffix(".json.part")
+        partial.write_text(json.dumps(self.to_json(), indent=1, default=str))
+        partial.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, output_dir: Path) -> RunSummary:
+        path = output_dir / SUMMARY_FILE
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no run summary; run the pipeline first")
+        return cls.from_json(json.loads(path.read_text()), str(path))
 
 
 def _read_json(path: str) -> Any:
@@ -42,105 +136,59 @@ def _read_json(path: str) -> Any:
         return json.load(handle)
 
 
-def _count_records(examples_uri: str, split: str) -> int:
+def record_counts(statistics_uri: str) -> dict[str, int]:
+    """Records per split, as StatisticsGen counted them."""
     import tensorflow as tf
+    from tensorflow_metadata.proto.v0 import statistics_pb2
 
-    files = tf.io.gfile.glob(os.path.join(examples_uri, f"Split-{split}", "*"))
-    return sum(1 for _ in tf.data.TFRecordDataset(files, compression_type="GZIP"))
-
-
-def _outputs(store, execution_id: int) -> dict[str, metadata_store_pb2.Artifact]:
-    events = [e for e in store.get_events_by_execution_ids([execution_id])
-              if e.type == metadata_store_pb2.Event.OUTPUT]
-    artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])}
-    return {e.path.steps[0].key: artifacts[e.artifact_id] for e in events if e.path.steps}
-
-
-def _prop(artifact: metadata_store_pb2.Artifact, key: str):
-    value = artifact.custom_properties.get(key)
-    if value is None:
-        return None
-    return value.WhichOneof("value") and getattr(value, value.WhichOneof("value"))
+    counts = {}
+    for split in (TRAIN_SPLIT, EVAL_SPLIT):
+        path = os.path.join(statistics_uri, f"Split-{split}", "FeatureStats.pb")
+        if tf.io.gfile.exists(path):
+            with tf.io.gfile.GFile(path, "rb") as handle:
+                stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(handle.read())
+            counts[split] = sum(int(d.num_examples) for d in stats.datasets)
+    return counts
 
 
-def collect(metadata_path: str) -> dict[str, Any]:
-    """Summary of the latest run recorded in the SQLite store at `metadata_path`."""
-    with metadata.Metadata(metadata.sqlite_metadata_connection_config(metadata_path)) as m:
-        store = m.store
-        run = _latest_run_context(store)
-        node_contexts = {c.id: c.name.split(".", 1)[-1] for c in store.get_contexts_by_type("node")}
-        executions = sorted(store.get_executions_by_context(run.id), key=lambda e: e.id)
-        stages: dict[str, float] = {}
-        states: dict[str, str] = {}
-        outputs: dict[str, dict] = {}
-        for execution in executions:
-            node = _node_id(store, execution.id, node_contexts)
-            seconds = (execution.last_update_time_since_epoch
-                       - execution.create_time_since_epoch) / 1000.0
-            stages[node] = round(seconds, 1)
-            states[node] = _STATE_NAMES.get(execution.last_known_state, "unknown")
-            outputs[node] = _outputs(store, execution.id)
-
-    summary: dict[str, Any] = {"record_counts": {}, "stage_seconds": stages,
-                               "stage_states": states, "run_id": run.name}
-    examples = outputs.get("Cifar10ExampleGen", {}).get("examples")
-    if examples is not None:
-        summary["record_counts"] = {s: _count_records(examples.uri, s) for s in ("train", "eval")}
-    artifact_uris = {"examples": ("Cifar10ExampleGen", "examples"),
-                     "statistics": ("StatisticsGen", "statistics"),
-                     "anomalies": ("ExampleValidator", "anomalies"),
-                     "model": ("Trainer", "model")}
-    summary["artifacts"] = {name: outputs[node][key].uri for name, (node, key)
-                            in artifact_uris.items() if key in outputs.get(node, {})}
-    model = outputs.get("Trainer", {}).get("model_run")
-    if model is not None:
-        training = _read_json(os.path.join(model.uri, TRAINING_SUMMARY_FILE)) or {}
-        summary.update({k: training.get(k) for k in (
-            "model", "strategy", "replicas", "per_replica_batch_size", "global_batch_size",
-            "epochs", "resumed_from_epoch", "precision", "precision_reason", "hardware",
-            "forward_flops_per_image", "training_images_seen", "training_flops", "load_seconds", "fit_seconds",
-            "export_seconds", "trainer_seconds")})
-        summary["history"] = _read_json(os.path.join(model.uri, HISTORY_FILE)) or []
-        summary["model_run_dir"] = model.uri
-    evaluation = outputs.get("Evaluator", {}).get("evaluation")
-    blessing = outputs.get("Evaluator", {}).get("blessing")
-    if evaluation is not None:
-        summary.update(evaluation_facts(evaluation.uri))
-    if blessing is not None:
-        summary["blessed"] = bool(_prop(blessing, "blessed"))
-    pushed = outputs.get("AtomicPusher", {}).get("pushed_model")
-    if pushed is not None:
-        summary["pushed"] = bool(_prop(pushed, "pushed"))
-        summary["pushed_version_dir"] = _prop(pushed, "pushed_destination") or None
-        summary["pushed_new_version"] = bool(_prop(pushed, "new_version"))
-    return summary
-
-
-def evaluation_facts(evaluation_uri: str) -> dict[str, Any]:
-    """Overall and per-class accuracy, and why validation failed, from a TFMA output."""
+def evaluation_facts(evaluation_uri: str) -> Evaluation:
+    """Overall and per-class accuracy, the confusion matrix, and why validation failed,
+    from a TFMA output."""
     import tensorflow_model_analysis as tfma
 
-    facts: dict[str, Any] = {"eval_accuracy": None, "baseline_accuracy": None,
-                             "per_class_accuracy": {}, "gate_failures": []}
+    overall, baseline = None, None
+    per_class, per_class_records = {}, {}
     result = tfma.load_eval_result(evaluation_uri)
     for slice_key, by_output in result.slicing_metrics:
         values = by_output.get("", {}).get("", {})
-        accuracy = values.get("sparse_categorical_accuracy", {})
+        accuracy = values.get(ACCURACY_METRIC, {}).get("doubleValue")
         if not slice_key:
-            facts["eval_accuracy"] = accuracy.get("doubleValue")
-            diff = values.get("sparse_categorical_accuracy_diff", {}).get("doubleValue")
-            if diff is not None and facts["eval_accuracy"] is not None:
-                facts["baseline_accuracy"] = facts["eval_accuracy"] - diff
-        elif slice_key[0][0] == "label":
-            facts["per_class_accuracy"][int(slice_key[0][1])] = accuracy.get("doubleValue")
+            overall = accuracy
+            diff = values.get(f"{ACCURACY_METRIC}_diff", {}).get("doubleValue")
+            if diff is not None and accuracy is not None:
+                baseline = accuracy - diff
+        elif slice_key[0][0] == LABEL_KEY:
+            label = int(slice_key[0][1])
+            per_class[label] = accuracy
+            per_class_records[label] = int(values.get("example_count", {}).get("doubleValue", 0))
+    confusion = [[0] * NUM_CLASSES for _ in range(NUM_CLASSES)]
+    for slice_key, plots in result.plots:
+        if slice_key:
+            continue
+        for matrix in plots.get("", {}).get("", {}).get(CONFUSION_PLOT, {}).get("matrices", []):
+            for entry in matrix.get("entries", []):
+                confusion[entry.get("actualClassId", 0)][entry.get("predictedClassId", 0)] += \
+                    int(entry.get("numWeightedExamples", 0))
+    failures = []
     validation = tfma.load_validation_result(evaluation_uri)
     for per_slice in validation.metric_validations_per_slice:
         for failure in per_slice.failures:
-            facts["gate_failures"].append(
+            failures.append(
                 f"{failure.metric_key.name}{' vs baseline' if failure.metric_key.is_diff else ''}"
                 f" = {failure.metric_value.double_value.value:.4f} fails {failure.message or ''}"
                 f"{_threshold_text(failure.metric_threshold)}")
-    return facts
+    return Evaluation(overall, baseline, dict(sorted(per_class.items())),
+                      dict(sorted(per_class_records.items())), confusion, failures)
 
 
 def _threshold_text(threshold) -> str:
@@ -151,3 +199,83 @@ def _threshold_text(threshold) -> str:
         allowed = threshold.change_threshold.absolute.value
         return f"the no-regression check (change >= {allowed:+.4f})"
     return "a threshold"
+
+
+def collect(metadata_path: str) -> RunSummary:
+    """Summary of the latest run recorded in the SQLite store at `metadata_path`."""
+    import ml_metadata as mlmd
+    from ml_metadata.proto import metadata_store_pb2
+    from tfx.orchestration import metadata
+
+    state_names = {v: k.lower() for k, v in metadata_store_pb2.Execution.State.items()}
+
+    def latest_run_context(store: mlmd.MetadataStore) -> metadata_store_pb2.Context:
+        runs = store.get_contexts_by_type("pipeline_run")
+        if not runs:
+            raise RuntimeError("the metadata store holds no pipeline run")
+        return max(runs, key=lambda c: (c.create_time_since_epoch, c.id))
+
+    def outputs_of(store: mlmd.MetadataStore, execution_id: int) -> dict[str, Any]:
+        events = [e for e in store.get_events_by_execution_ids([execution_id])
+                  if e.type == metadata_store_pb2.Event.OUTPUT]
+        artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])}
+        return {e.path.steps[0].key: artifacts[e.artifact_id] for e in events if e.path.steps}
+
+    with metadata.Metadata(metadata.sqlite_metadata_connection_config(metadata_path)) as m:
+        store = m.store
+        run = latest_run_context(store)
+        node_contexts = {c.id: c.name.split(".", 1)[-1] for c in store.get_contexts_by_type("node")}
+        stages: dict[str, float] = {}
+        states: dict[str, str] = {}
+        outputs: dict[str, dict[str, Any]] = {}
+        for execution in sorted(store.get_executions_by_context(run.id), key=lambda e: e.id):
+            node = next((node_contexts[c.id] for c in store.get_contexts_by_execution(execution.id)
+                         if c.id in node_contexts), "unknown")
+            stages[node] = round((execution.last_update_time_since_epoch
+                                  - execution.create_time_since_epoch) / 1000.0, 1)
+            states[node] = state_names.get(execution.last_known_state, "unknown")
+            outputs[node] = outputs_of(store, execution.id)
+
+    def output(node: str, key: str):
+        return outputs.get(node, {}).get(key)
+
+    def prop(artifact, key: str):
+        value = artifact.custom_properties.get(key)
+        if value is None:
+            return None
+        kind = value.WhichOneof("value")
+        return getattr(value, kind) if kind else None
+
+    artifact_uris = {name: output(node, key).uri for name, (node, key) in {
+        "examples": (EXAMPLE_GEN_NODE, "examples"),
+        "statistics": (STATISTICS_NODE, "statistics"),
+        "anomalies": (EXAMPLE_VALIDATOR_NODE, "anomalies"),
+        "model": (TRAINER_NODE, "model")}.items() if output(node, key) is not None}
+    training, history, model_run_dir = None, [], None
+    model_run = output(TRAINER_NODE, "model_run")
+    if model_run is not None:
+        path = os.path.join(model_run.uri, TRAINING_SUMMARY_FILE)
+        written = _read_json(path)
+        training = TrainingSummary.from_json(written, path) if written is not None else None
+        history = _read_json(os.path.join(model_run.uri, HISTORY_FILE)) or []
+        model_run_dir = model_run.uri
+    evaluation = output(EVALUATOR_NODE, "evaluation")
+    blessing = output(EVALUATOR_NODE, "blessing")
+    pushed = output(PUSHER_NODE, "pushed_model")
+    return RunSummary(
+        run_id=run.name,
+        record_counts=record_counts(artifact_uris["statistics"])
+        if "statistics" in artifact_uris else {},
+        stage_seconds=stages,
+        stage_states=states,
+        artifacts=artifact_uris,
+        training=training,
+        history=history,
+        model_run_dir=model_run_dir,
+        evaluation=evaluation_facts(evaluation.uri) if evaluation is not None else None,
+        blessed=bool(prop(blessing, "blessed")) if blessing is not None else None,
+        push=None if pushed is None else Push(
+            pushed=bool(prop(pushed, "pushed")),
+            pushed_version_dir=prop(pushed, "pushed_destination") or None,
+            pushed_new_version=bool(prop(pushed, "new_version"))),
+    )

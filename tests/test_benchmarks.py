@@ -11,20 +11,29 @@ import numpy as np
 import pytest
 
 from benchmarks import bench
+from components.trainer.training_summary import TrainingSummary
+from pipeline.summary import RunSummary
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def _summary(val_accuracies: list[float]) -> dict:
-    return {
-        "stage_seconds": {"Cifar10ExampleGen": 30.0, "ImportSchemaGen": 0.1, "StatisticsGen": 7.0,
-                          "ExampleValidator": 0.1, "DataValidationGate": 0.1, "Trainer": 300.0,
-                          "Evaluator": 10.0, "AtomicPusher": 0.0},
-        "trainer_seconds": 300.0, "load_seconds": 4.0, "fit_seconds": 270.0,
-        "export_seconds": 12.0,
-        "history": [{"epoch": i + 1, "seconds": 22.0, "val_accuracy": acc}
-                    for i, acc in enumerate(val_accuracies)],
-    }
+def _summary(val_accuracies: list[float]) -> RunSummary:
+    training = TrainingSummary(
+        model="airbench", strategy="default", replicas=1, per_replica_batch_size=512,
+        global_batch_size=512, epochs=len(val_accuracies), resumed_from_epoch=0,
+        learning_rate=0.4, precision="float32", precision_reason="CPU X: no native bf16",
+        hardware={}, train_records=45000, eval_records=5000, forward_flops_per_image=40_000_000,
+        training_images_seen=45_000, training_flops=5_400_000_000_000, load_seconds=4.0,
+        fit_seconds=270.0, export_seconds=12.0, trainer_seconds=300.0,
+        final_eval_accuracy_without_tta=val_accuracies[-1])
+    return RunSummary(
+        run_id="run", record_counts={"train": 45000, "eval": 5000},
+        stage_seconds={"Cifar10ExampleGen": 30.0, "ImportSchemaGen": 0.1, "StatisticsGen": 7.0,
+                       "ExampleValidator": 0.1, "DataValidationGate": 0.1, "Trainer": 300.0,
+                       "Evaluator": 10.0, "AtomicPusher": 0.0},
+        stage_states={}, artifacts={}, training=training, blessed=True,
+        history=[{"epoch": i + 1, "seconds": 22.0, "val_accuracy": acc}
+                 for i, acc in enumerate(val_accuracies)])
 
 
 def test_time_to_accuracy_is_stages_then_trainer_startup_then_epochs():
@@ -36,15 +45,15 @@ def test_time_to_accuracy_is_stages_then_trainer_startup_then_epochs():
 
 def test_render_reports_probe_and_pipeline_rows():
     summary = _summary([0.5, 0.81])
-    summary.update(wall_seconds=400.0, exit_status=0, eval_accuracy=0.86, blessed=True,
-                   time_to_80_seconds=bench.time_to_accuracy(summary, 0.80))
+    run = {"summary": summary.to_json(), "wall_seconds": 400.0, "exit_status": 0,
+           "time_to_80_seconds": bench.time_to_accuracy(summary, 0.80)}
     results = {
         "classic": {"epochs": 3, "median_seconds_per_epoch": 60.0, "eval_accuracy": 0.33,
                     "projected_full_run_seconds": 3000.0},
         "probe": {"settings": {"default": {"images_per_second": 2000.0,
                                            "relative_to_default": 1.0,
                                            "first_step_seconds": 1.0}}},
-        "pipeline": summary,
+        "pipeline": run,
         "peak": {"precision": "float32", "precision_reason": "CPU X: no native bf16",
                  "hardware": {"cpu_model": "X", "cpu_flags": ["avx2"]},
                  "conv3x3_gflops": 100.0, "matmul_gflops": 110.0,

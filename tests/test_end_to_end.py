@@ -12,6 +12,7 @@ import pytest
 
 import cifar_fixtures as fx
 from conftest import FAST_TRAINING as FAST, cli, versions
+from pipeline.summary import RunSummary
 
 STAGES = ["Cifar10ExampleGen", "ImportSchemaGen", "StatisticsGen", "ExampleValidator",
           "DataValidationGate", "Trainer", "Evaluator", "AtomicPusher"]
@@ -30,6 +31,10 @@ def test_run_blesses_and_pushes_with_a_full_summary(first_run):
     pushed = Path(summary["pushed_version_dir"])
     assert pushed.parent == out / "serving" / "cifar10" and (pushed / "saved_model.pb").exists()
     assert "BLESSED" in done.stdout and str(pushed) in done.stdout
+    typed = RunSummary.load(out)  # strict: every field the run wrote is known and present
+    assert typed.training.training_flops > 0 and typed.training.precision == "float32"
+    assert sum(typed.evaluation.per_class_eval_records.values()) == 120
+    assert sum(map(sum, typed.evaluation.confusion_matrix)) == 120
 
 
 def test_predict_in_a_fresh_cpu_process_matches_the_trainer_model(first_run, tmp_path):

@@ -14,6 +14,7 @@ from tfx.components.trainer.fn_args_utils import FnArgs
 from components.contract import HISTORY_FILE, TRAINING_SUMMARY_FILE
 from components.trainer import data, export, flops, model, strategy as strategies
 from components.trainer.config import TrainingConfig
+from components.trainer.training_summary import TrainingSummary
 from components.trainer.keras import keras, tf
 
 TPU_PER_REPLICA_BATCH = 128  # fills the TPU's 128x128 matrix unit, as in the classic recipe
@@ -166,30 +167,30 @@ def run_fn(fn_args: FnArgs) -> None:
     final = history.epochs[-1] if history.epochs else {}
     forward_flops = flops.forward_flops_per_image(serving_network)
     images_seen = epochs * steps_per_epoch * global_batch
-    summary = {
-        "model": config.model,
-        "strategy": kind,
-        "replicas": replicas,
-        "per_replica_batch_size": per_replica,
-        "global_batch_size": global_batch,
-        "epochs": epochs,
-        "resumed_from_epoch": resumed_from,
-        "learning_rate": learning_rate,
-        "precision": policy,
-        "precision_reason": precision.reason,
-        "hardware": precision.hardware.to_json(),
-        "train_records": int(train_images.shape[0]),
-        "forward_flops_per_image": forward_flops,
-        "training_images_seen": images_seen,
-        "training_flops": flops.training_flops(forward_flops, images_seen),
-        "eval_records": int(eval_images.shape[0]),
-        "load_seconds": round(load_seconds, 1),
-        "fit_seconds": round(fit_seconds, 1),
-        "export_seconds": round(export_seconds, 1),
-        "trainer_seconds": round(time.time() - started, 1),
-        "final_eval_accuracy_without_tta": final.get("val_accuracy"),
-    }
+    summary = TrainingSummary(
+        model=config.model,
+        strategy=kind,
+        replicas=replicas,
+        per_replica_batch_size=per_replica,
+        global_batch_size=global_batch,
+        epochs=epochs,
+        resumed_from_epoch=resumed_from,
+        learning_rate=learning_rate,
+        precision=policy,
+        precision_reason=precision.reason,
+        hardware=precision.hardware.to_json(),
+        train_records=int(train_images.shape[0]),
+        eval_records=int(eval_images.shape[0]),
+        forward_flops_per_image=forward_flops,
+        training_images_seen=images_seen,
+        training_flops=flops.training_flops(forward_flops, images_seen),
+        load_seconds=round(load_seconds, 1),
+        fit_seconds=round(fit_seconds, 1),
+        export_seconds=round(export_seconds, 1),
+        trainer_seconds=round(time.time() - started, 1),
+        final_eval_accuracy_without_tta=final.get("val_accuracy"),
+    )
     with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, TRAINING_SUMMARY_FILE), "w") as f:
-        json.dump(summary, f, indent=1)
+        json.dump(summary.to_json(), f, indent=1)
     logging.info("Training summary: %s", summary)
 
