@@ -4,32 +4,41 @@ classify images with the pushed model."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import warnings
 from pathlib import Path
 
-from pipeline.config import MODELS, PRECISIONS, PROJECT_ROOT, STRATEGIES, TrainingConfig
+from pipeline import exit_status
+from pipeline.config import (MODELS, PRECISIONS, PROJECT_ROOT, STRATEGIES, PipelineConfig,
+                             TrainingConfig)
 
 DEFAULT_OUTPUT_DIR = PROJECT_ROOT / "outputs"
+EXIT_OK = exit_status.OK
+EXIT_ERROR = exit_status.ERROR
+EXIT_BAD_INPUT = exit_status.BAD_INPUT
+EXIT_DATA_INVALID = exit_status.DATA_INVALID
+EXIT_NOT_BLESSED = exit_status.NOT_BLESSED
 
-# Exit statuses, so scripts can tell failures apart.
-EXIT_OK = 0
-EXIT_ERROR = 1  # unexpected failure (see the log file)
-EXIT_BAD_INPUT = 2  # bad data source, bad arguments, locked output dir
-EXIT_DATA_INVALID = 3  # data validation found anomalies; nothing was trained
-EXIT_NOT_BLESSED = 4  # the model failed the accuracy gate; nothing was pushed
+
+def _default(config_class: type, name: str):
+    """A config dataclass's default: the CLI never restates it."""
+    return next(f.default for f in dataclasses.fields(config_class) if f.name == name)
 
 
 def _add_training_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("training")
-    group.add_argument("--model", choices=MODELS, default="airbench",
-                       help="airbench: fast default; seed_cnn: the classic Colab TPU recipe")
-    group.add_argument("--strategy", choices=STRATEGIES, default="auto",
+    group.add_argument("--model", choices=MODELS, default=_default(TrainingConfig, "model"),
+                       help="airbench: fast default; seed_cnn: the classic Colab TPU recipe "
+                            "(default: %(default)s)")
+    group.add_argument("--strategy", choices=STRATEGIES,
+                       default=_default(TrainingConfig, "strategy"),
                        help="tf.distribute strategy (auto: TPU if configured, else several "
                             "GPUs or --cpu-replicas, else one device)")
     group.add_argument("--tpu", default="",
                        help="TPU name, grpc://HOST:8470 (Colab) or 'local' (TPU VM)")
-    group.add_argument("--cpu-replicas", type=int, default=0, metavar="N",
+    group.add_argument("--cpu-replicas", type=int, metavar="N",
+                       default=_default(TrainingConfig, "cpu_replicas"),
                        help="split the CPU into N logical devices for MirroredStrategy")
     group.add_argument("--epochs", type=int, help="default: the model recipe's")
     group.add_argument("--per-replica-batch-size", type=int,
@@ -37,10 +46,12 @@ def _add_training_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--learning-rate", type=float,
                        help="peak learning rate at the recipe's reference batch; scaled "
                             "with the global batch")
-    group.add_argument("--precision", choices=PRECISIONS, default="auto",
+    group.add_argument("--precision", choices=PRECISIONS,
+                       default=_default(TrainingConfig, "precision"),
                        help="auto: bf16 on TPU; bf16/fp16 on GPUs that have it; bf16 on CPUs with "
                             "native bf16 (AVX512_BF16, AMX), else float32")
-    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--seed", type=int, default=_default(TrainingConfig, "seed"),
+                       help="seeds weights, shuffling and augmentation (default: %(default)s)")
 
 
 def _training_config(args: argparse.Namespace) -> TrainingConfig:
@@ -52,13 +63,18 @@ def _training_config(args: argparse.Namespace) -> TrainingConfig:
 
 def _add_gate_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("data and evaluation")
-    group.add_argument("--eval-fraction", type=float, default=0.1,
+    group.add_argument("--eval-fraction", type=float,
+                       default=_default(PipelineConfig, "eval_fraction"),
                        help="share of training records carved out for eval when the "
                             "source has no test batch (class-balanced, deterministic)")
-    group.add_argument("--accuracy-gate", type=float, default=0.80,
-                       help="minimum eval accuracy for the model to be blessed and pushed")
-    group.add_argument("--max-regression", type=float, default=0.005,
-                       help="how far accuracy may fall below the last blessed model")
+    group.add_argument("--accuracy-gate", type=float,
+                       default=_default(PipelineConfig, "accuracy_gate"),
+                       help="minimum eval accuracy for the model to be blessed and pushed "
+                            "(default: %(default)s)")
+    group.add_argument("--max-regression", type=float,
+                       default=_default(PipelineConfig, "max_regression"),
+                       help="how far accuracy may fall below the baseline model "
+                            "(default: %(default)s)")
 
 
 def cmd_run(args: argparse.Namespace) -> int:

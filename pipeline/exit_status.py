@@ -1,0 +1,8 @@
+"""Exit statuses of `cifar10-pipeline`, so that scripts can tell failures apart. Kept
+below the CLI so every command module returns the same named values."""
+
+OK = 0
+ERROR = 1  # unexpected failure (the log file has the traceback)
+BAD_INPUT = 2  # bad data source, bad arguments, locked output dir, unreadable image
+DATA_INVALID = 3  # data validation found anomalies; nothing was trained
+NOT_BLESSED = 4  # the model failed the accuracy gate; nothing was pushed
