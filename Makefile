@@ -23,7 +23,7 @@ export CIFAR10_DATA := $(abspath $(SHARED_DATA))
 endif
 endif
 
-.PHONY: run test bench lock setup clean
+.PHONY: run test test-unit lint bench lock setup clean
 
 setup: $(STAMP)
 
@@ -38,8 +38,17 @@ $(STAMP): requirements.lock pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/cifar10-pipeline run $(ARGS)
 
-test: $(STAMP)
+test: lint
 	$(PY) -m pytest $(ARGS)
+
+test-unit: lint
+	$(PY) -m pytest -m "not integration" $(ARGS)
+
+# Layers import only downward; style and formatting are checked, not debated.
+lint: $(STAMP)
+	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.bench $(ARGS)

@@ -68,6 +68,7 @@ def test_render_reports_probe_and_pipeline_rows():
     assert f"{(37.3 + 18.0 + 44.0) / 3000.0:.3f}" in table
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("input_kind", ["cached", "fixed", "tfrecord"])
 def test_throughput_probe_measures_each_input(tmp_path, input_kind):
     rng = np.random.default_rng(0)
@@ -83,6 +84,7 @@ def test_throughput_probe_measures_each_input(tmp_path, input_kind):
     assert measured["images_per_second"] > 0 and measured["first_step_seconds"] > 0
 
 
+@pytest.mark.integration
 def test_peak_probe_reports_conv_and_matmul_throughput():
     done = subprocess.run([sys.executable, "-m", "benchmarks.peak", "--precision", "float32",
                            "--min-seconds", "0.1"], capture_output=True, text=True, timeout=300)

@@ -14,6 +14,8 @@ import cifar_fixtures as fx
 from conftest import FAST_TRAINING as FAST, cli, versions
 from pipeline.summary import RunSummary
 
+pytestmark = pytest.mark.integration  # full pipeline runs in subprocesses
+
 STAGES = ["Cifar10ExampleGen", "ImportSchemaGen", "StatisticsGen", "ExampleValidator",
           "DataValidationGate", "Trainer", "Evaluator", "AtomicPusher"]
 

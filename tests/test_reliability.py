@@ -1,6 +1,7 @@
 """Fault injection on tiny data: SIGKILL during ingest, training and push, then rerun the
 same command; the concurrent-run guard; config changes invalidate only what depends on them."""
 
+import pytest
 import fcntl
 import json
 import os
@@ -12,6 +13,8 @@ import time
 from pathlib import Path
 
 from conftest import FAST_TRAINING, cli, versions
+
+pytestmark = pytest.mark.integration  # full pipeline runs in subprocesses
 
 KILL_AFTER_CALLS = textwrap.dedent("""
     import os, signal, sys, importlib

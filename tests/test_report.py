@@ -7,6 +7,8 @@ import subprocess
 
 import pytest
 
+pytestmark = pytest.mark.integration  # full pipeline runs in subprocesses
+
 
 def test_report_has_every_section_with_numbers_from_the_run(first_run):
     out, summary, _ = first_run

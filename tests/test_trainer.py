@@ -111,6 +111,7 @@ def trained(tmp_path_factory):
     return root, eval_images, eval_labels
 
 
+@pytest.mark.integration
 def test_eight_replica_mirrored_training(trained):
     root, _, _ = trained
     summary = json.loads((root / "run" / "7" / "training_summary.json").read_text())
@@ -125,6 +126,7 @@ def test_eight_replica_mirrored_training(trained):
     assert (root / "run" / "7" / "logs").is_dir()  # TensorBoard
 
 
+@pytest.mark.integration
 def test_export_round_trip_in_a_cpu_only_process(trained, tmp_path):
     from PIL import Image
 
