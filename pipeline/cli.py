@@ -122,6 +122,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
             dataflow_temp_location=args.dataflow_temp_location, endpoint=args.endpoint,
             source_fingerprint=args.data_fingerprint, beam_args=tuple(args.beam_arg),
             service_account=args.service_account, network=args.network,
+            tpu_image=args.tpu_image,
             labels=vertex_runner.parse_labels(args.label), enable_cache=not args.no_cache,
             eval_fraction=args.eval_fraction,
             accuracy_gate=args.accuracy_gate, max_regression=args.max_regression)
@@ -225,6 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     compile_parser.add_argument("--tpu-type", default="v2-8",
                                 help="Cloud TPU of the training worker: "
                                      f"{', '.join(TPU_NAMES)} (default: %(default)s)")
+    compile_parser.add_argument("--tpu-image", default="",
+                                help="image of the TPU training job (Dockerfile target "
+                                     "tpu-trainer; default: --image)")
     compile_parser.add_argument("--tpu-cores", type=int,
                                 help="optional check: the TPU's cores (v2/v3) or chips (v5e)")
     compile_parser.add_argument("--dataflow-region", default="",

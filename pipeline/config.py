@@ -64,6 +64,7 @@ class VertexConfig:
     region: str
     image: str
     tpu_type: str = "v2-8"  # Cloud TPU name; pipeline/tpu.py maps it to the worker pool
+    tpu_image: str = ""  # the training CustomJob's image (Dockerfile target tpu-trainer)
     service_account: str = ""  # the training CustomJob runs as this account (default: Vertex's)
     network: str = ""  # projects/NUMBER/global/networks/NAME to peer the CustomJob with
     labels: tuple[tuple[str, str], ...] = ()  # on the training CustomJob

@@ -52,11 +52,15 @@ def eval_config(accuracy_gate: float, max_regression: float) -> tfma.EvalConfig:
 def _vertex_training_args(vertex: VertexConfig) -> dict:
     """Vertex CustomJob: one TPU host running this project's image, as the configured service
     account on the configured network, with the configured labels."""
+    worker = tpu_worker(vertex.tpu_type)
+    container: dict = {"image_uri": vertex.tpu_image or vertex.image}
+    if worker.container_env():
+        container["env"] = worker.container_env()
     job_spec: dict = {
         "worker_pool_specs": [{
-            "machine_spec": tpu_worker(vertex.tpu_type).machine_spec(),
+            "machine_spec": worker.machine_spec(),
             "replica_count": 1,
-            "container_spec": {"image_uri": vertex.image},
+            "container_spec": container,
         }],
     }
     if vertex.service_account:

@@ -22,6 +22,14 @@ class TpuWorker:
     replicas: int  # TPU cores (v2/v3) or chips (v5e) that TPUStrategy trains on
     accelerator_type: str = ""  # empty: the machine type implies the TPU
     accelerator_count: int = 0
+    pjrt: bool = False  # TensorFlow on TPU v5e runs on the PJRT runtime
+
+    def container_env(self) -> list[dict[str, str]]:
+        """Environment for the trainer container (the Dockerfile puts libtpu.so in /lib)."""
+        if not self.pjrt:
+            return []
+        return [{"name": "NEXT_PLUGGABLE_DEVICE_USE_C_API", "value": "true"},
+                {"name": "TF_PLUGGABLE_DEVICE_LIBRARY_PATH", "value": "/lib/libtpu.so"}]
 
     def machine_spec(self) -> dict[str, Any]:
         """The `machine_spec` of a Vertex WorkerPoolSpec, in its JSON field names."""
@@ -35,9 +43,9 @@ class TpuWorker:
 TPU_WORKERS = {worker.name: worker for worker in (
     TpuWorker("v2-8", "cloud-tpu", 8, "TPU_V2", 8),
     TpuWorker("v3-8", "cloud-tpu", 8, "TPU_V3", 8),
-    TpuWorker("v5litepod-1", "ct5lp-hightpu-1t", 1),
-    TpuWorker("v5litepod-4", "ct5lp-hightpu-4t", 4),
-    TpuWorker("v5litepod-8", "ct5lp-hightpu-8t", 8),
+    TpuWorker("v5litepod-1", "ct5lp-hightpu-1t", 1, pjrt=True),
+    TpuWorker("v5litepod-4", "ct5lp-hightpu-4t", 4, pjrt=True),
+    TpuWorker("v5litepod-8", "ct5lp-hightpu-8t", 8, pjrt=True),
 )}
 # Vertex's accelerator enum names; Vertex offers them with exactly 8 cores.
 VERTEX_ENUM_NAMES = {"TPU_V2": "v2-8", "TPU_V3": "v3-8"}

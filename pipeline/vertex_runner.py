@@ -22,6 +22,7 @@ DEFAULT_API_ENDPOINT = "{region}-aiplatform.googleapis.com"
 # TFX takes about 30 s, too long for `submit`; tests check they match).
 TRAINING_ARGS_KEY = "ai_platform_training_args"
 VERTEX_REGION_KEY = "ai_platform_vertex_region"
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 FINAL_STATES = ("PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED", "PIPELINE_STATE_CANCELLED")
 
 
@@ -65,7 +66,7 @@ def vertex_config(*, project: str, region: str, pipeline_root: str, image: str, 
                   endpoint: str = "", source_fingerprint: str = "",
                   beam_args: tuple[str, ...] = (), service_account: str = "",
                   network: str = "", labels: tuple[tuple[str, str], ...] = (),
-                  pipeline_name: str = "cifar10", **overrides) -> PipelineConfig:
+                  tpu_image: str = "", pipeline_name: str = "cifar10", **overrides) -> PipelineConfig:
     """The Vertex configuration; bad values raise ValueError naming the flag."""
     if not pipeline_root.startswith("gs://"):
         raise ValueError(f"--pipeline-root must be a gs:// URI, got '{pipeline_root}'")
@@ -97,6 +98,7 @@ def vertex_config(*, project: str, region: str, pipeline_root: str, image: str, 
         training=tpu_training,
         beam_args=tuple(beam_args),
         vertex=VertexConfig(project=project, region=region, image=image, tpu_type=worker.name,
+                            tpu_image=tpu_image,
                             service_account=service_account, network=network, labels=labels,
                             dataflow_region=dataflow_region,
                             dataflow_temp_location=dataflow_temp_location, endpoint=endpoint),
@@ -235,10 +237,13 @@ def api_endpoint_of(region: str, api_endpoint: str = "") -> str:
 
 def submit(submission: Submission, api_endpoint: str = "", credentials=None):
     """Creates the PipelineJob with google-cloud-aiplatform; returns the PipelineJob."""
+    import google.auth
     from google.cloud import aiplatform
 
     endpoint = api_endpoint_of(submission.region, api_endpoint)
     with _one_line_errors(endpoint):
+        if credentials is None:  # explicitly, so no earlier aiplatform.init's credentials stay
+            credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
         aiplatform.init(project=submission.project, location=submission.region,
                         credentials=credentials, api_endpoint=endpoint, api_transport="rest")
         job = aiplatform.PipelineJob(
