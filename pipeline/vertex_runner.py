@@ -66,7 +66,8 @@ def vertex_config(*, project: str, region: str, pipeline_root: str, image: str, 
                   endpoint: str = "", source_fingerprint: str = "",
                   beam_args: tuple[str, ...] = (), service_account: str = "",
                   network: str = "", labels: tuple[tuple[str, str], ...] = (),
-                  tpu_image: str = "", pipeline_name: str = "cifar10", **overrides) -> PipelineConfig:
+                  tpu_image: str = "", pipeline_name: str = "cifar10",
+                  **overrides) -> PipelineConfig:
     """The Vertex configuration; bad values raise ValueError naming the flag."""
     if not pipeline_root.startswith("gs://"):
         raise ValueError(f"--pipeline-root must be a gs:// URI, got '{pipeline_root}'")
