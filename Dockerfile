@@ -1,29 +1,37 @@
-# Pipeline image for Vertex AI Pipelines: every component (and the TPU training job)
-# runs this image. Build from the repository root:
-#   docker build -t REGION-docker.pkg.dev/PROJECT/REPO/cifar10-pipeline:TAG .
-FROM gcr.io/tfx-oss-public/tfx:1.16.0
-
-# TensorFlow on a Cloud TPU VM needs the TPU build of TF 2.16 and its libtpu.
-# Set TPU_PACKAGES="" to build a CPU/GPU-only image.
-ARG TPU_PACKAGES="tensorflow-tpu==2.16.1"
-ARG TPU_FIND_LINKS="https://storage.googleapis.com/libtpu-tf-releases/index.html"
+# Pipeline images for Vertex AI Pipelines, built from the repository root:
+#   docker build -t REGION-docker.pkg.dev/PROJECT/REPO/cifar10:TAG .                           # CPU
+#   docker build --target tpu-trainer -t REGION-docker.pkg.dev/PROJECT/REPO/cifar10-tpu:TAG .  # TPU
+# The CPU image (the last stage, built by default) runs every pipeline step and the Dataflow
+# workers; the TPU image runs only the Trainer's CustomJob on a Cloud TPU VM (compile
+# --tpu-image). Both install exactly the versions in requirements.lock, as `make` does.
+FROM gcr.io/tfx-oss-public/tfx:1.16.0 AS project
 
 WORKDIR /pipeline
-COPY pyproject.toml README.md requirements.lock ./
+COPY requirements.lock ./
+# --no-deps: the lock already lists every dependency at its resolved version; nothing is
+# re-resolved against the base image's packages.
+RUN python -m pip install --no-cache-dir --no-deps -r requirements.lock
+COPY pyproject.toml README.md ./
 COPY pipeline ./pipeline
 COPY components ./components
 COPY data ./data
-
-# The base image already carries TFX 1.16 and its dependency set; add what this
-# project needs on top without re-resolving TFX, then the project itself (editable,
-# so data/schema/schema.pbtxt stays at /pipeline/data where the compiled pipeline
-# expects it).
-RUN python -m pip install --no-cache-dir "tf-keras==2.16.0" pillow matplotlib \
-    && if [ -n "$TPU_PACKAGES" ]; then \
-         python -m pip install --no-cache-dir $TPU_PACKAGES -f "$TPU_FIND_LINKS"; \
-       fi \
-    && python -m pip install --no-cache-dir --no-deps -e .
-
+# Editable, so data/schema/schema.pbtxt stays at /pipeline/data where the compiled pipeline
+# expects it.
+RUN python -m pip install --no-cache-dir --no-deps -e .
 ENV TF_USE_LEGACY_KERAS=1
-# TPU VMs: TensorFlow finds the local TPU through libtpu; the trainer uses --tpu local.
-ENV TPU_MIN_LOG_LEVEL=0
+
+# The Trainer on a Cloud TPU VM: TensorFlow's TPU VM build and its libtpu, installed as Vertex
+# AI's "Training with TPU accelerators" page prescribes for a custom container (the wheel from
+# cloud-tpu-tpuvm-artifacts; libtpu.so in /lib). The TPU build replaces the lock's tensorflow
+# (both own the tensorflow/ package), same 2.16 line, nothing else changes (--no-deps).
+FROM project AS tpu-trainer
+ARG TF_TPU_WHEEL=https://storage.googleapis.com/cloud-tpu-tpuvm-artifacts/tensorflow/tf-2.16.1/tensorflow-2.16.1-cp310-cp310-manylinux_2_17_x86_64.manylinux2014_x86_64.whl
+ARG LIBTPU_URL=https://storage.googleapis.com/cloud-tpu-tpuvm-artifacts/libtpu/1.10.1/libtpu.so
+RUN python -m pip uninstall -y tensorflow \
+    && python -m pip install --no-cache-dir --no-deps "$TF_TPU_WHEEL" \
+    && curl -fsSL "$LIBTPU_URL" -o /lib/libtpu.so
+# TPU v5e needs TensorFlow's PJRT runtime; the compiled CustomJob sets its environment
+# variables for v5litepod workers only (pipeline/tpu.py), v2/v3 keep the default runtime.
+
+# The default target: the CPU image for every other step and the Dataflow workers.
+FROM project AS pipeline

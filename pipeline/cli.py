@@ -12,6 +12,7 @@ from pathlib import Path
 from pipeline import exit_status
 from pipeline.config import (MODELS, PRECISIONS, PROJECT_ROOT, STRATEGIES, PipelineConfig,
                              TrainingConfig)
+from pipeline.tpu import ACCEPTED_NAMES as TPU_NAMES
 
 DEFAULT_OUTPUT_DIR = PROJECT_ROOT / "outputs"
 EXIT_OK = exit_status.OK
@@ -149,7 +150,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
             tpu_type=args.tpu_type, tpu_count=args.tpu_cores,
             dataflow_region=args.dataflow_region,
             dataflow_temp_location=args.dataflow_temp_location, endpoint=args.endpoint,
-            source_fingerprint=args.data_fingerprint, eval_fraction=args.eval_fraction,
+            source_fingerprint=args.data_fingerprint, beam_args=tuple(args.beam_arg),
+            service_account=args.service_account, network=args.network,
+            tpu_image=args.tpu_image,
+            labels=vertex_runner.parse_labels(args.label), enable_cache=not args.no_cache,
+            eval_fraction=args.eval_fraction,
             accuracy_gate=args.accuracy_gate, max_regression=args.max_regression)
         path = vertex_runner.compile_pipeline(config, Path(args.output))
     except ValueError as err:
@@ -164,17 +169,26 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     try:
         submission = vertex_runner.load_submission(
-            Path(args.pipeline_file), args.project, args.region, args.service_account)
+            Path(args.pipeline_file), args.project, args.region, args.service_account,
+            args.network, vertex_runner.parse_labels(args.label), args.enable_caching)
         if args.dry_run:
             print(submission.describe())
             return EXIT_OK
-        name = vertex_runner.submit(submission, args.region, args.api_endpoint)
-    except vertex_runner.SubmitError as err:
+        job = vertex_runner.submit(submission, args.api_endpoint)
+        print(f"Submitted {job.resource_name}\nhttps://console.cloud.google.com/vertex-ai/"
+              f"locations/{submission.region}/pipelines/runs/{job.name}"
+              f"?project={submission.project}", flush=True)
+        if not args.wait:
+            return EXIT_OK
+        state = vertex_runner.wait(job, vertex_runner.api_endpoint_of(submission.region,
+                                                                      args.api_endpoint),
+                                   lambda line: print(line, file=sys.stderr, flush=True),
+                                   args.poll_seconds)
+    except (vertex_runner.SubmitError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(f"Submitted {name}\nhttps://console.cloud.google.com/vertex-ai/locations/"
-          f"{args.region}/pipelines/runs/{name.rsplit('/', 1)[-1]}?project={args.project}")
-    return EXIT_OK
+    print(f"PipelineJob {submission.display_name} ended: {state}")
+    return EXIT_OK if state == "PIPELINE_STATE_SUCCEEDED" else EXIT_ERROR
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -239,11 +253,14 @@ def build_parser() -> argparse.ArgumentParser:
     compile_parser.add_argument("--data-fingerprint", default="",
                                 help="change this when the data at --data changes, so that "
                                      "Vertex caching re-ingests it")
-    compile_parser.add_argument("--tpu-type", default="TPU_V2",
-                                help="Vertex accelerator type of the training worker "
-                                     "(default: %(default)s)")
-    compile_parser.add_argument("--tpu-cores", type=int, default=8,
-                                help="TPU cores (default: %(default)s)")
+    compile_parser.add_argument("--tpu-type", default="v2-8",
+                                help="Cloud TPU of the training worker: "
+                                     f"{', '.join(TPU_NAMES)} (default: %(default)s)")
+    compile_parser.add_argument("--tpu-image", default="",
+                                help="image of the TPU training job (Dockerfile target "
+                                     "tpu-trainer; default: --image)")
+    compile_parser.add_argument("--tpu-cores", type=int,
+                                help="optional check: the TPU's cores (v2/v3) or chips (v5e)")
     compile_parser.add_argument("--dataflow-region", default="",
                                 help="run the Beam steps on Dataflow in this region")
     compile_parser.add_argument("--dataflow-temp-location", default="", metavar="GS_URI")
@@ -252,6 +269,21 @@ def build_parser() -> argparse.ArgumentParser:
                                      "instead of pushing to <pipeline-root>/serving")
     compile_parser.add_argument("--output", default="pipeline.json",
                                 help="file to write (default: %(default)s)")
+    cloud = compile_parser.add_argument_group("cloud settings")
+    cloud.add_argument("--beam-arg", action="append", default=[], metavar="ARG",
+                       help="Beam/Dataflow worker option, repeatable, e.g. "
+                            "--beam-arg=--disk_size_gb=100 --beam-arg=--machine_type=n2-standard-4 "
+                            "--beam-arg=--max_num_workers=4 --beam-arg=--subnetwork=URL "
+                            "--beam-arg=--no_use_public_ips")
+    cloud.add_argument("--service-account", default="",
+                       help="the training CustomJob (and Dataflow workers) run as this account")
+    cloud.add_argument("--network", default="", metavar="projects/NUMBER/global/networks/NAME",
+                       help="VPC network the training CustomJob is peered with")
+    cloud.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                       help="label on the training CustomJob (submit adds it to the "
+                            "PipelineJob), repeatable")
+    cloud.add_argument("--no-cache", action="store_true",
+                       help="compile every step with caching off")
     _add_training_args(compile_parser)
     _add_gate_args(compile_parser)
     compile_parser.set_defaults(func=cmd_compile)
@@ -260,9 +292,26 @@ def build_parser() -> argparse.ArgumentParser:
         "submit", help="submit a compiled pipeline to Vertex AI Pipelines",
         description="Creates a Vertex AI PipelineJob from a file written by `compile`.")
     submit_parser.add_argument("pipeline_file", metavar="PIPELINE_JSON")
-    submit_parser.add_argument("--project", required=True)
-    submit_parser.add_argument("--region", required=True)
-    submit_parser.add_argument("--service-account", default="")
+    submit_parser.add_argument("--target", choices=["vertex"], default="vertex")
+    submit_parser.add_argument("--project", default="",
+                               help="default: the compiled one; a different one is refused")
+    submit_parser.add_argument("--region", default="",
+                               help="default: the compiled one; a different one is refused")
+    submit_parser.add_argument("--service-account", default="",
+                               help="the PipelineJob runs as this account (default: the "
+                                    "compiled training job's)")
+    submit_parser.add_argument("--network", default="", help="default: the compiled one")
+    submit_parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                               help="PipelineJob label, repeatable (added to the compiled ones)")
+    caching = submit_parser.add_mutually_exclusive_group()
+    caching.add_argument("--cache", dest="enable_caching", action="store_const", const=True,
+                         help="reuse cached step results (default: as compiled)")
+    caching.add_argument("--no-cache", dest="enable_caching", action="store_const", const=False,
+                         help="rerun every step")
+    submit_parser.add_argument("--wait", action="store_true",
+                               help="wait for the run to end, printing each step's state")
+    submit_parser.add_argument("--poll-seconds", type=float, default=30.0,
+                               help=argparse.SUPPRESS)
     submit_parser.add_argument("--dry-run", action="store_true",
                                help="validate the file and print what would be submitted; "
                                     "no network")

@@ -18,9 +18,11 @@ class VertexConfig:
     project: str
     region: str
     image: str
-    tpu_type: str = "TPU_V2"  # Vertex accelerator type for the training worker pool
-    tpu_count: int = 8  # TPU cores
-    machine_type: str = "cloud-tpu"
+    tpu_type: str = "v2-8"  # Cloud TPU name; pipeline/tpu.py maps it to the worker pool
+    tpu_image: str = ""  # the training CustomJob's image (Dockerfile target tpu-trainer)
+    service_account: str = ""  # the training CustomJob runs as this account (default: Vertex's)
+    network: str = ""  # projects/NUMBER/global/networks/NAME to peer the CustomJob with
+    labels: tuple[tuple[str, str], ...] = ()  # on the training CustomJob
     dataflow_region: str = ""  # non-empty: run Beam components on Dataflow
     dataflow_temp_location: str = ""
     endpoint: str = ""  # non-empty: deploy the blessed model to this Vertex endpoint

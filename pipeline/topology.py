@@ -16,9 +16,11 @@ from tfx.extensions.google_cloud_ai_platform.trainer import executor as vertex_t
 from components.atomic_pusher.component import AtomicPusher
 from components.cifar10_example_gen.component import Cifar10ExampleGen
 from components.contract import EXAMPLES_SIGNATURE, LABEL_KEY, PROBABILITIES_KEY
+from components.trainer.config import CHECKPOINT_ROOT_KEY
 from components.trainer.config import CUSTOM_CONFIG_KEY as TRAINING_CONFIG_KEY
 from components.validation_gate.component import DataValidationGate
 from pipeline.config import PipelineConfig, VertexConfig
+from pipeline.tpu import tpu_worker
 
 RUN_FN = "components.trainer.run.run_fn"
 
@@ -48,21 +50,30 @@ def eval_config(accuracy_gate: float, max_regression: float) -> tfma.EvalConfig:
 
 
 def _vertex_training_args(vertex: VertexConfig) -> dict:
-    """Vertex CustomJob spec: one TPU worker running this project's image."""
+    """Vertex CustomJob: one TPU host running this project's image, as the configured service
+    account on the configured network, with the configured labels."""
+    worker = tpu_worker(vertex.tpu_type)
+    container: dict = {"image_uri": vertex.tpu_image or vertex.image}
+    if worker.container_env():
+        container["env"] = worker.container_env()
+    job_spec: dict = {
+        "worker_pool_specs": [{
+            "machine_spec": worker.machine_spec(),
+            "replica_count": 1,
+            "container_spec": container,
+        }],
+    }
+    if vertex.service_account:
+        job_spec["service_account"] = vertex.service_account
+    if vertex.network:
+        job_spec["network"] = vertex.network
     return {
         vertex_constants.ENABLE_VERTEX_KEY: True,
         vertex_constants.VERTEX_REGION_KEY: vertex.region,
         vertex_trainer_executor.TRAINING_ARGS_KEY: {
             "project": vertex.project,
-            "worker_pool_specs": [{
-                "machine_spec": {
-                    "machine_type": vertex.machine_type,
-                    "accelerator_type": vertex.tpu_type,
-                    "accelerator_count": vertex.tpu_count,
-                },
-                "replica_count": 1,
-                "container_spec": {"image_uri": vertex.image},
-            }],
+            "job_spec": job_spec,
+            "labels": dict(vertex.labels),
         },
     }
 
@@ -89,7 +100,11 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
         train_args=tfx.proto.TrainArgs(splits=["train"]),
         eval_args=tfx.proto.EvalArgs(splits=["eval"]),
     )
-    training_config = {TRAINING_CONFIG_KEY: config.training.to_custom_config()}
+    # Checkpoints live under the pipeline root, keyed by inputs and config (not under the
+    # execution's model path, which on Vertex holds the job id), so a retried Trainer resumes.
+    checkpoint_root = f"{config.pipeline_root.rstrip('/')}/Trainer/checkpoints"
+    training_config = {TRAINING_CONFIG_KEY: config.training.to_custom_config(),
+                       CHECKPOINT_ROOT_KEY: checkpoint_root}
     if config.vertex is not None:
         trainer = tfx.extensions.google_cloud_ai_platform.Trainer(
             **trainer_args,

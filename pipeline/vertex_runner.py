@@ -6,39 +6,85 @@ from __future__ import annotations
 import json
 import re
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Callable
 
 from pipeline.config import PipelineConfig, TrainingConfig, VertexConfig
+from pipeline.tpu import tpu_worker
 
 # Where the Dockerfile puts this project inside the pipeline image.
 CONTAINER_PROJECT_ROOT = "/pipeline"
 CONTAINER_SCHEMA_PATH = f"{CONTAINER_PROJECT_ROOT}/data/schema/schema.pbtxt"
 DEFAULT_API_ENDPOINT = "{region}-aiplatform.googleapis.com"
+# The Vertex Trainer's custom_config keys (tfx.extensions.google_cloud_ai_platform; importing
+# TFX takes about 30 s, too long for `submit`; tests check they match).
+TRAINING_ARGS_KEY = "ai_platform_training_args"
+VERTEX_REGION_KEY = "ai_platform_vertex_region"
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+FINAL_STATES = ("PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED", "PIPELINE_STATE_CANCELLED")
 
 
 class SubmitError(RuntimeError):
     """Submission failed; the message is one line that says why."""
 
 
+LABEL_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+LABEL_VALUE_PATTERN = re.compile(r"[a-z0-9_-]{0,63}")
+
+
+def parse_labels(items: list[str] | tuple[str, ...], flag: str = "--label"
+                 ) -> tuple[tuple[str, str], ...]:
+    """KEY=VALUE pairs as Google Cloud accepts them (lowercase letters, digits, _ and -)."""
+    labels: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not LABEL_PATTERN.fullmatch(key) or not LABEL_VALUE_PATTERN.fullmatch(value):
+            raise ValueError(f"{flag} '{item}' must be KEY=VALUE: lowercase letters, digits, _ "
+                             "or -, at most 63 characters, the key starting with a letter")
+        labels[key] = value
+    return tuple(sorted(labels.items()))
+
+
+def _dataflow_args(project: str, region: str, temp_location: str, image: str,
+                   service_account: str, extra: tuple[str, ...]) -> tuple[str, ...]:
+    """Beam options for Dataflow workers running the pipeline image; `extra` (--beam-arg)
+    comes last, so it wins over these defaults."""
+    if not temp_location.startswith("gs://"):
+        raise ValueError("--dataflow-temp-location gs://... is required with --dataflow-region")
+    args = ["--runner=DataflowRunner", f"--project={project}", f"--region={region}",
+            f"--temp_location={temp_location}", f"--sdk_container_image={image}"]
+    if service_account and not any(a.startswith("--service_account_email") for a in extra):
+        args.append(f"--service_account_email={service_account}")
+    return (*args, *extra)
+
+
 def vertex_config(*, project: str, region: str, pipeline_root: str, image: str, source_uri: str,
-                  training: TrainingConfig, tpu_type: str = "TPU_V2", tpu_count: int = 8,
+                  training: TrainingConfig, tpu_type: str = "v2-8", tpu_count: int | None = None,
                   dataflow_region: str = "", dataflow_temp_location: str = "",
                   endpoint: str = "", source_fingerprint: str = "",
-                  pipeline_name: str = "cifar10", **overrides) -> PipelineConfig:
+                  beam_args: tuple[str, ...] = (), service_account: str = "",
+                  network: str = "", labels: tuple[tuple[str, str], ...] = (),
+                  tpu_image: str = "", pipeline_name: str = "cifar10",
+                  **overrides) -> PipelineConfig:
+    """The Vertex configuration; bad values raise ValueError naming the flag."""
     if not pipeline_root.startswith("gs://"):
         raise ValueError(f"--pipeline-root must be a gs:// URI, got '{pipeline_root}'")
     if not source_uri.startswith("gs://"):
         raise ValueError(f"--data must be a gs:// URI on Vertex (copy the archive to GCS "
                          f"first), got '{source_uri}'")
-    beam_args: tuple[str, ...] = ()
+    worker = tpu_worker(tpu_type, tpu_count)
+    for arg in beam_args:
+        if not arg.startswith("--"):
+            raise ValueError(f"--beam-arg '{arg}' must be a Beam option such as "
+                             "--beam-arg=--disk_size_gb=50")
+    if network and not re.fullmatch(r"projects/[^/]+/global/networks/[^/]+", network):
+        raise ValueError(f"--network must be projects/PROJECT_NUMBER/global/networks/NAME, "
+                         f"got '{network}'")
     if dataflow_region:
-        if not dataflow_temp_location.startswith("gs://"):
-            raise ValueError("--dataflow-temp-location gs://... is required with --dataflow-region")
-        beam_args = ("--runner=DataflowRunner", f"--project={project}",
-                     f"--region={dataflow_region}", f"--temp_location={dataflow_temp_location}",
-                     f"--sdk_container_image={image}")
+        beam_args = _dataflow_args(project, dataflow_region, dataflow_temp_location, image,
+                                   service_account, beam_args)
     root = pipeline_root.rstrip("/")
     tpu_training = TrainingConfig(**{**training.to_custom_config(), "strategy": "tpu",
                                      "tpu": training.tpu or "local"})
@@ -51,9 +97,11 @@ def vertex_config(*, project: str, region: str, pipeline_root: str, image: str, 
         source_fingerprint=source_fingerprint or f"uri:{source_uri}",
         schema_path=CONTAINER_SCHEMA_PATH,
         training=tpu_training,
-        beam_args=beam_args,
-        vertex=VertexConfig(project=project, region=region, image=image, tpu_type=tpu_type,
-                            tpu_count=tpu_count, dataflow_region=dataflow_region,
+        beam_args=tuple(beam_args),
+        vertex=VertexConfig(project=project, region=region, image=image, tpu_type=worker.name,
+                            tpu_image=tpu_image,
+                            service_account=service_account, network=network, labels=labels,
+                            dataflow_region=dataflow_region,
                             dataflow_temp_location=dataflow_temp_location, endpoint=endpoint),
         **overrides,
     )
@@ -79,64 +127,100 @@ def compile_pipeline(config: PipelineConfig, output: Path) -> Path:
 
 @dataclass(frozen=True)
 class Submission:
+    """What `submit` sends: the compiled file plus the PipelineJob settings."""
+
+    template_path: Path
     display_name: str
-    parent: str
+    project: str
+    region: str
     pipeline_root: str
-    job: dict[str, Any]
+    tasks: tuple[str, ...]
+    images: tuple[str, ...]
+    service_account: str = ""
+    network: str = ""
+    labels: tuple[tuple[str, str], ...] = ()
+    enable_caching: bool | None = None  # None: each task as compiled
 
     def describe(self) -> str:
-        tasks = sorted(self.job["pipelineSpec"]["root"]["dag"]["tasks"])
-        images = sorted({e.get("container", {}).get("image", "") for e in
-                         self.job["pipelineSpec"]["deploymentSpec"]["executors"].values()} - {""})
+        caching = {None: "as compiled", True: "on", False: "off"}[self.enable_caching]
         return "\n".join([
             f"would submit PipelineJob '{self.display_name}'",
-            f"  to         {self.parent}",
+            f"  to         projects/{self.project}/locations/{self.region}",
             f"  root       {self.pipeline_root}",
-            f"  images     {', '.join(images)}",
-            f"  tasks      {', '.join(tasks)}",
+            f"  images     {', '.join(self.images)}",
+            f"  tasks      {', '.join(self.tasks)}",
+            f"  runs as    {self.service_account or '(the project default service account)'}",
+            f"  network    {self.network or '(none)'}",
+            f"  labels     {', '.join(f'{k}={v}' for k, v in self.labels) or '(none)'}",
+            f"  caching    {caching}",
         ])
 
 
-def load_submission(path: Path, project: str, region: str,
-                    service_account: str = "") -> Submission:
-    """Validates a compiled file and prepares the PipelineJob body (no network)."""
+def _trainer_settings(spec: dict) -> dict:
+    """The Vertex Trainer's custom_config as compiled (project, region, CustomJob spec)."""
+    trainer = spec["root"]["dag"]["tasks"].get("Trainer", {})
+    value = (trainer.get("inputs", {}).get("parameters", {}).get("custom_config", {})
+             .get("runtimeValue", {}).get("constantValue", {}).get("stringValue", ""))
+    try:
+        return json.loads(value) if value else {}
+    except json.JSONDecodeError:
+        return {}
+
+
+def load_submission(path: Path, project: str = "", region: str = "", service_account: str = "",
+                    network: str = "", labels: tuple[tuple[str, str], ...] = (),
+                    enable_caching: bool | None = None) -> Submission:
+    """Validates a compiled file against the submit-time settings (no network).
+
+    Project and region default to the ones compiled in; different ones are refused, since
+    the training CustomJob would still go to the compiled ones. The service account,
+    network and labels default to the training CustomJob's.
+    """
     try:
         job = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise SubmitError(f"{path}: not a readable pipeline JSON ({err})") from err
-    spec = job.get("pipelineSpec", {})
+    spec = job.get("pipelineSpec", {}) if isinstance(job, dict) else {}
     if not spec.get("root", {}).get("dag", {}).get("tasks") or "deploymentSpec" not in spec:
         raise SubmitError(f"{path}: not a compiled Vertex pipeline (no pipelineSpec DAG); "
                           "create it with `cifar10-pipeline compile --target vertex`")
     root = job.get("runtimeConfig", {}).get("gcsOutputDirectory", "")
     if not root.startswith("gs://"):
         raise SubmitError(f"{path}: runtimeConfig.gcsOutputDirectory must be a gs:// URI")
+    trainer = _trainer_settings(spec)
+    training_args = trainer.get(TRAINING_ARGS_KEY, {})
+    compiled = {"project": training_args.get("project", ""),
+                "region": trainer.get(VERTEX_REGION_KEY, "")}
+    chosen = {"project": project, "region": region}
+    for flag, value in chosen.items():
+        if value and compiled[flag] and value != compiled[flag]:
+            raise SubmitError(f"{path} was compiled for {flag} '{compiled[flag]}', not "
+                              f"'{value}': compile again with --{flag} {value}")
+        chosen[flag] = value or compiled[flag]
+        if not chosen[flag]:
+            raise SubmitError(f"{path} names no {flag}; pass --{flag}")
+    job_spec = training_args.get("job_spec", {})
     name = re.sub(r"[^a-z0-9-]", "-", spec.get("pipelineInfo", {}).get("name", "cifar10").lower())
-    job = dict(job)
-    job["displayName"] = f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if service_account:
-        job["serviceAccount"] = service_account
-    return Submission(job["displayName"], f"projects/{project}/locations/{region}", root, job)
+    executors = spec["deploymentSpec"].get("executors", {}).values()
+    return Submission(
+        template_path=Path(path), display_name=f"{name}-{time.strftime('%Y%m%d-%H%M%S')}",
+        project=chosen["project"], region=chosen["region"], pipeline_root=root,
+        tasks=tuple(sorted(spec["root"]["dag"]["tasks"])),
+        images=tuple(sorted({e.get("container", {}).get("image", "") for e in executors} - {""})),
+        service_account=service_account or job_spec.get("service_account", ""),
+        network=network or job_spec.get("network", ""),
+        labels=tuple(sorted({**training_args.get("labels", {}), **dict(labels)}.items())),
+        enable_caching=enable_caching)
 
 
-def submit(submission: Submission, region: str, api_endpoint: str = "",
-           credentials=None) -> str:
-    """Creates the PipelineJob; returns its resource name. One-line errors only."""
+@contextmanager
+def _one_line_errors(endpoint: str):
+    """Turns the client libraries' errors into SubmitError with one line."""
     from google.api_core import exceptions as api_exceptions
     from google.auth import exceptions as auth_exceptions
-    from google.cloud import aiplatform_v1
-    from google.protobuf import json_format
 
-    endpoint = api_endpoint or DEFAULT_API_ENDPOINT.format(region=region)
     try:
-        client = aiplatform_v1.PipelineServiceClient(
-            credentials=credentials, transport="rest",
-            client_options={"api_endpoint": endpoint})
-        job = json_format.ParseDict(submission.job, aiplatform_v1.PipelineJob()._pb,
-                                    ignore_unknown_fields=True)
-        created = client.create_pipeline_job(
-            parent=submission.parent, pipeline_job=aiplatform_v1.PipelineJob(job),
-            pipeline_job_id=submission.display_name, timeout=60)
+        yield
     except auth_exceptions.DefaultCredentialsError as err:
         raise SubmitError("no Google Cloud credentials found: run `gcloud auth "
                           "application-default login` or set GOOGLE_APPLICATION_CREDENTIALS"
@@ -146,4 +230,45 @@ def submit(submission: Submission, region: str, api_endpoint: str = "",
     except (api_exceptions.RetryError, OSError, auth_exceptions.TransportError) as err:
         raise SubmitError(f"could not reach the Vertex AI API at {endpoint}: "
                           f"{str(err).splitlines()[0]}") from err
-    return created.name
+
+
+def api_endpoint_of(region: str, api_endpoint: str = "") -> str:
+    return api_endpoint or DEFAULT_API_ENDPOINT.format(region=region)
+
+
+def submit(submission: Submission, api_endpoint: str = "", credentials=None):
+    """Creates the PipelineJob with google-cloud-aiplatform; returns the PipelineJob."""
+    import google.auth
+    from google.cloud import aiplatform
+
+    endpoint = api_endpoint_of(submission.region, api_endpoint)
+    with _one_line_errors(endpoint):
+        if credentials is None:  # explicitly, so no earlier aiplatform.init's credentials stay
+            credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
+        aiplatform.init(project=submission.project, location=submission.region,
+                        credentials=credentials, api_endpoint=endpoint, api_transport="rest")
+        job = aiplatform.PipelineJob(
+            display_name=submission.display_name, job_id=submission.display_name,
+            template_path=str(submission.template_path),
+            pipeline_root=submission.pipeline_root, enable_caching=submission.enable_caching,
+            labels=dict(submission.labels), project=submission.project,
+            location=submission.region, credentials=credentials)
+        job.submit(service_account=submission.service_account or None,
+                   network=submission.network or None)
+    return job
+
+
+def wait(job, endpoint: str, report: Callable[[str], None], poll_seconds: float = 30.0) -> str:
+    """Polls the job until it ends, reporting each task's state changes; returns the final
+    pipeline state name (PIPELINE_STATE_SUCCEEDED, _FAILED or _CANCELLED)."""
+    last: dict[str, str] = {}
+    with _one_line_errors(endpoint):
+        while True:
+            state = job.state.name
+            for task in job.task_details:
+                if last.get(task.task_name) != task.state.name:
+                    last[task.task_name] = task.state.name
+                    report(f"  {task.task_name}: {task.state.name}")
+            if state in FINAL_STATES:
+                return state
+            time.sleep(poll_seconds)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from google.cloud.aiplatform_v1.types import AcceleratorType, CustomJobSpec
+
 from pipeline import cli, vertex_runner
 from pipeline.config import PROJECT_ROOT, TrainingConfig
 from pipeline.local_runner import local_config
@@ -16,6 +18,8 @@ from pipeline.topology import create_pipeline
 
 IMAGE = "us-docker.pkg.dev/proj-x/pipelines/cifar10:v1"
 ROOT = "gs://bucket-x/pipeline-root"
+SERVICE_ACCOUNT = "trainer@proj-x.iam.gserviceaccount.com"
+NETWORK = "projects/123456/global/networks/vpc-1"
 COMPILE_ARGS = ["compile", "--target", "vertex", "--project", "proj-x", "--region",
                 "us-central1", "--pipeline-root", ROOT, "--image", IMAGE, "--data",
                 "gs://bucket-x/cifar-10-binary.tar.gz", "--tpu-type", "TPU_V3", "--tpu-cores", "8"]
@@ -50,12 +54,88 @@ def test_trainer_runs_on_a_tpu_worker_pool_with_the_tpu_strategy(compiled):
     _, job = compiled
     parameter = _tasks(job)["Trainer"]["inputs"]["parameters"]["custom_config"]
     custom = json.loads(parameter["runtimeValue"]["constantValue"]["stringValue"])
-    pool = custom["ai_platform_training_args"]["worker_pool_specs"][0]
-    assert pool["machine_spec"]["accelerator_type"] == "TPU_V3"
-    assert pool["machine_spec"]["accelerator_count"] == 8
+    job_spec = custom["ai_platform_training_args"]["job_spec"]
+    pool = CustomJobSpec(**job_spec).worker_pool_specs[0]  # Vertex's own type accepts it
+    assert pool.machine_spec.machine_type == "cloud-tpu"
+    assert pool.machine_spec.accelerator_type == AcceleratorType.TPU_V3
+    assert pool.machine_spec.accelerator_count == 8
+    pool = job_spec["worker_pool_specs"][0]
     assert pool["container_spec"]["image_uri"] == IMAGE
     assert custom["training"]["strategy"] == "tpu" and custom["training"]["tpu"] == "local"
+    assert custom[vertex_runner.TRAINING_ARGS_KEY]["project"] == "proj-x"
+    assert custom[vertex_runner.VERTEX_REGION_KEY] == "us-central1"
     assert custom["ai_platform_enable_vertex"] is True
+    # Retries resume: checkpoints under the pipeline root, not under the job's paths.
+    assert custom["checkpoint_root"] == f"{ROOT}/Trainer/checkpoints"
+    for name in ("Cifar10ExampleGen", "StatisticsGen", "Trainer", "Evaluator"):
+        assert _tasks(job)[name]["cachingOptions"]["enableCache"] is True
+
+
+def test_submit_reads_the_vertex_trainer_keys_tfx_uses():
+    from tfx.extensions.google_cloud_ai_platform import constants
+    from tfx.extensions.google_cloud_ai_platform.trainer import executor
+
+    assert vertex_runner.TRAINING_ARGS_KEY == executor.TRAINING_ARGS_KEY
+    assert vertex_runner.VERTEX_REGION_KEY == constants.VERTEX_REGION_KEY
+
+
+@pytest.fixture(scope="module")
+def compiled_for_v5e(tmp_path_factory):
+    """Every cloud flag at once: v5e, a TPU image, Dataflow options, identity, no caching."""
+    path = tmp_path_factory.mktemp("vertex-v5e") / "pipeline.json"
+    args = [a for a in COMPILE_ARGS if a not in ("TPU_V3", "8", "--tpu-type", "--tpu-cores")]
+    assert cli.main(args + [
+        "--tpu-type", "v5litepod-8", "--tpu-image", IMAGE + "-tpu", "--output", str(path),
+        "--dataflow-region", "us-central1", "--dataflow-temp-location", "gs://bucket-x/tmp",
+        "--beam-arg=--disk_size_gb=100", "--beam-arg=--machine_type=n2-standard-4",
+        "--beam-arg=--max_num_workers=4", "--beam-arg=--no_use_public_ips",
+        "--beam-arg=--subnetwork=regions/us-central1/subnetworks/s1",
+        "--service-account", SERVICE_ACCOUNT, "--network", NETWORK,
+        "--label", "team=vision", "--label", "cost-center=42", "--no-cache"]) == 0
+    return path, json.loads(path.read_text())
+
+
+def test_cloud_flags_reach_the_training_job_and_dataflow(compiled_for_v5e):
+    _, job = compiled_for_v5e
+    parameter = _tasks(job)["Trainer"]["inputs"]["parameters"]["custom_config"]
+    custom = json.loads(parameter["runtimeValue"]["constantValue"]["stringValue"])
+    training_args = custom[vertex_runner.TRAINING_ARGS_KEY]
+    spec = CustomJobSpec(**training_args["job_spec"])
+    assert spec.service_account == SERVICE_ACCOUNT and spec.network == NETWORK
+    [pool] = spec.worker_pool_specs
+    assert pool.machine_spec.machine_type == "ct5lp-hightpu-8t"
+    assert pool.machine_spec.accelerator_count == 0  # v5e: no accelerator fields
+    assert pool.container_spec.image_uri == IMAGE + "-tpu"
+    assert {e.name: e.value for e in pool.container_spec.env}[
+        "TF_PLUGGABLE_DEVICE_LIBRARY_PATH"] == "/lib/libtpu.so"
+    assert training_args["labels"] == {"team": "vision", "cost-center": "42"}
+    beam = job["pipelineSpec"]["deploymentSpec"]["executors"]["StatisticsGen_executor"][
+        "container"]["args"]
+    for option in ("--runner=DataflowRunner", "--disk_size_gb=100",
+                   "--machine_type=n2-standard-4", "--max_num_workers=4",
+                   "--no_use_public_ips", "--subnetwork=regions/us-central1/subnetworks/s1",
+                   f"--service_account_email={SERVICE_ACCOUNT}",
+                   f"--sdk_container_image={IMAGE}"):
+        assert option in beam
+    assert not any(t.get("cachingOptions", {}).get("enableCache")
+                   for t in _tasks(job).values())
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--tpu-type", "v5litepod-16"], "--tpu-type 'v5litepod-16' is not offered"),
+    (["--tpu-type", "v4-8"], "choose one of v2-8, v3-8, v5litepod-1"),
+    (["--tpu-type", "TPU_V2", "--tpu-cores", "32"], "--tpu-cores 32 does not match"),
+    (["--beam-arg", "disk_size_gb=100"], "--beam-arg 'disk_size_gb=100' must be a Beam option"),
+    (["--label", "Team=x"], "--label 'Team=x' must be KEY=VALUE"),
+    (["--network", "vpc-1"], "--network must be projects/PROJECT_NUMBER/global/networks/NAME"),
+])
+def test_bad_cloud_flags_are_one_line_at_compile_time(flags, message, tmp_path, capsys):
+    args = [a for a in COMPILE_ARGS if a not in ("TPU_V3", "8", "--tpu-type", "--tpu-cores")]
+    output = tmp_path / "p.json"
+    assert cli.main(args + flags + ["--output", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not output.exists()
 
 
 def test_image_root_and_no_local_paths(compiled):
@@ -96,7 +176,28 @@ def test_submit_dry_run_validates_and_describes(compiled, capsys):
     shown = capsys.readouterr().out
     assert "would submit PipelineJob 'cifar10-" in shown
     assert "projects/proj-x/locations/us-central1" in shown and IMAGE in shown
-    assert "Trainer" in shown
+    assert "Trainer" in shown and "caching    as compiled" in shown
+
+
+def test_dry_run_takes_identity_and_labels_from_the_compiled_training_job(compiled_for_v5e,
+                                                                         capsys):
+    path, _ = compiled_for_v5e
+    assert cli.main(["submit", str(path), "--dry-run", "--label", "run=nightly"]) == 0
+    shown = capsys.readouterr().out
+    assert f"runs as    {SERVICE_ACCOUNT}" in shown and f"network    {NETWORK}" in shown
+    assert "labels     cost-center=42, run=nightly, team=vision" in shown
+    assert "projects/proj-x/locations/us-central1" in shown
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--project", "proj-y"], "was compiled for project 'proj-x', not 'proj-y'"),
+    (["--region", "europe-west4"], "was compiled for region 'us-central1', not 'europe-west4'"),
+])
+def test_submit_refuses_another_project_or_region(compiled, flags, message, capsys):
+    path, _ = compiled
+    assert cli.main(["submit", str(path), "--dry-run", *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
 
 
 def test_submit_dry_run_refuses_a_file_that_is_not_a_pipeline(tmp_path, capsys):
@@ -107,44 +208,79 @@ def test_submit_dry_run_refuses_a_file_that_is_not_a_pipeline(tmp_path, capsys):
 
 
 class _FakeVertex(BaseHTTPRequestHandler):
-    requests: list = []
+    """Vertex's REST API (create, then get: running, then succeeded) and the Cloud Storage
+    bucket lookup PipelineJob.submit makes for the pipeline root."""
 
-    def do_POST(self):  # noqa: N802 - http.server API
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        _FakeVertex.requests.append((self.path, json.loads(body)))
-        reply = json.dumps({"name": "projects/proj-x/locations/us-central1/pipelineJobs/j1",
-                            "state": "PIPELINE_STATE_PENDING"}).encode()
+    requests: list = []
+    polls = 0
+
+    def _reply(self, body):
+        reply = json.dumps(body).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(reply)))
         self.end_headers()
         self.wfile.write(reply)
 
+    def do_POST(self):  # noqa: N802 - http.server API
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _FakeVertex.requests.append((self.path, body))
+        self._reply({**body, "name": JOB_NAME, "state": "PIPELINE_STATE_PENDING"})
+
+    def do_GET(self):  # noqa: N802 - http.server API
+        if self.path.startswith("/storage/v1/b/"):
+            self._reply({"name": "bucket-x"})
+            return
+        _FakeVertex.polls += 1
+        done = _FakeVertex.polls > 2
+        task_state = "SUCCEEDED" if done else "RUNNING"
+        self._reply({"name": JOB_NAME,
+                     "state": "PIPELINE_STATE_SUCCEEDED" if done else "PIPELINE_STATE_RUNNING",
+                     "jobDetail": {"taskDetails": [{"taskName": "Trainer",
+                                                    "state": task_state}]}})
+
     def log_message(self, *args):
         pass
 
 
-def test_submit_sends_the_template_and_parameters(compiled):
+JOB_NAME = "projects/proj-x/locations/us-central1/pipelineJobs/j1"
+
+
+@pytest.fixture
+def fake_vertex(monkeypatch):
     from google.auth.credentials import AnonymousCredentials
 
-    path, job = compiled
     server = HTTPServer(("127.0.0.1", 0), _FakeVertex)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        submission = vertex_runner.load_submission(path, "proj-x", "us-central1",
-                                                   service_account="sa@proj-x.iam")
-        name = vertex_runner.submit(submission, "us-central1",
-                                    api_endpoint=f"http://127.0.0.1:{server.server_port}",
-                                    credentials=AnonymousCredentials())
-    finally:
-        server.shutdown()
-    assert name.endswith("/pipelineJobs/j1")
+    _FakeVertex.requests, _FakeVertex.polls = [], 0
+    url = f"http://127.0.0.1:{server.server_port}"
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)  # the bucket check, on the stand-in
+    monkeypatch.setattr("google.auth.default",
+                        lambda *a, **k: (AnonymousCredentials(), "proj-x"))
+    yield url
+    server.shutdown()
+
+
+def test_submit_sends_a_pipeline_job_through_aiplatform_and_waits(compiled_for_v5e,
+                                                                  fake_vertex, capsys):
+    path, job = compiled_for_v5e
+    assert cli.main(["submit", str(path), "--project", "proj-x", "--label", "run=nightly",
+                     "--cache", "--wait", "--poll-seconds", "0",
+                     "--api-endpoint", fake_vertex]) == 0
     [(url, body)] = _FakeVertex.requests
     assert url.startswith("/v1/projects/proj-x/locations/us-central1/pipelineJobs")
-    assert f"pipelineJobId={submission.display_name}" in url
+    assert f"pipelineJobId={body['displayName']}" in url
     assert body["pipelineSpec"]["root"]["dag"]["tasks"].keys() == _tasks(job).keys()
     assert body["runtimeConfig"]["gcsOutputDirectory"] == ROOT
-    assert body["serviceAccount"] == "sa@proj-x.iam"
+    assert body["serviceAccount"] == SERVICE_ACCOUNT and body["network"] == NETWORK
+    assert body["labels"] == {"team": "vision", "cost-center": "42", "run": "nightly"}
+    # --cache overrides the compiled --no-cache on every task.
+    for name in ("Cifar10ExampleGen", "StatisticsGen", "Trainer", "Evaluator"):
+        assert body["pipelineSpec"]["root"]["dag"]["tasks"][name]["cachingOptions"][
+            "enableCache"] is True
+    out, err = capsys.readouterr()
+    assert f"Submitted {JOB_NAME}" in out and "ended: PIPELINE_STATE_SUCCEEDED" in out
+    assert "Trainer: RUNNING" in err and "Trainer: SUCCEEDED" in err
 
 
 def test_submit_without_credentials_is_one_clear_line(compiled, tmp_path, monkeypatch, capsys):
@@ -152,6 +288,6 @@ def test_submit_without_credentials_is_one_clear_line(compiled, tmp_path, monkey
     monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
     monkeypatch.setenv("NO_GCE_CHECK", "true")  # never probe a metadata server from tests
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
-    assert cli.main(["submit", str(path), "--project", "p", "--region", "us-central1"]) == 2
+    assert cli.main(["submit", str(path), "--project", "proj-x", "--region", "us-central1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: no Google Cloud credentials found") and len(err.splitlines()) == 1

@@ -1,8 +1,13 @@
-"""Pusher executor whose version directories are never visible half-written.
+"""Pusher executor whose version directories are never loadable half-written.
 
 TFX's stock Pusher copies the model straight into `<base>/<version>/`; a crash
 mid-copy leaves a partial version that TF Serving may try to load. Here the copy
-goes to a hidden staging folder that is renamed into place once complete.
+goes to a hidden staging folder first. Renaming that folder into place is atomic on a
+local disk but not on object stores (on GCS a folder rename copies and deletes object by
+object), so the staged files are moved into `<base>/<version>/` one file at a time with
+`saved_model.pb` last: TF Serving loads a version only once its saved_model.pb exists,
+and by then every other file is complete. A version folder without saved_model.pb (a
+push killed midway) holds nothing servable and is removed by the next push.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ STAGING_PREFIX = ".staging-"
 # Beside saved_model.pb (TF Serving ignores other files): which model a version holds,
 # so pushing the same model again (a rerun with a new blessing) adds no new version.
 SOURCE_FILE = "PUSHED_FROM"
+SAVED_MODEL_FILE = "saved_model.pb"  # moved last: its presence means the version is complete
 NEW_VERSION_KEY = "new_version"
 
 
@@ -32,18 +38,24 @@ def _next_version(base_directory: str) -> str:
 
 
 def clear_stale_staging(base_directory: str) -> None:
-    """Removes staging folders left by a push that was killed midway."""
+    """Removes what a push killed midway leaves: staging folders, and version folders that
+    never got their saved_model.pb (nothing in them can be served)."""
     if not fileio.exists(base_directory):
         return
     for name in fileio.listdir(base_directory):
-        if name.startswith(STAGING_PREFIX):
-            fileio.rmtree(os.path.join(base_directory, name.rstrip("/")))
+        path = os.path.join(base_directory, name.rstrip("/"))
+        if name.startswith(STAGING_PREFIX) or (
+                name.rstrip("/").isdigit() and not fileio.exists(
+                    os.path.join(path, SAVED_MODEL_FILE))):
+            fileio.rmtree(path)
 
 
 def _version_holding(base_directory: str, model_path: str) -> str | None:
     for name in fileio.listdir(base_directory):
         source = os.path.join(base_directory, name.rstrip("/"), SOURCE_FILE)
-        if name.rstrip("/").isdigit() and fileio.exists(source) \
+        complete = fileio.exists(os.path.join(base_directory, name.rstrip("/"),
+                                              SAVED_MODEL_FILE))
+        if name.rstrip("/").isdigit() and complete and fileio.exists(source) \
                 and io_utils.read_string_file(source) == model_path:
             return name.rstrip("/")
     return None
@@ -54,8 +66,25 @@ def copy_to_staging(model_path: str, staging: str) -> None:
     io_utils.write_string_file(os.path.join(staging, SOURCE_FILE), model_path)
 
 
+def _files_under(directory: str) -> list[str]:
+    """Paths of all files under `directory`, relative to it."""
+    return sorted(os.path.relpath(os.path.join(root, name), directory)
+                  for root, _, names in fileio.walk(directory) for name in names)
+
+
+def move_into_place(staging: str, final: str) -> None:
+    """Moves every staged file into `final`, saved_model.pb last; each file move is atomic
+    on local disks and object stores alike (one object), a folder move is not."""
+    files = sorted(_files_under(staging), key=lambda name: name == SAVED_MODEL_FILE)
+    for name in files:
+        target = os.path.join(final, name)
+        fileio.makedirs(os.path.dirname(target))
+        fileio.rename(os.path.join(staging, name), target)
+    fileio.rmtree(staging)
+
+
 def publish_version(model_path: str, base_directory: str) -> tuple[str, str, bool]:
-    """Copies a SavedModel to `<base>/<version>/` atomically.
+    """Copies a SavedModel to `<base>/<version>/`, loadable only once complete.
 
     Returns (path, version, is_new); is_new is False when that model is already served.
     """
@@ -68,7 +97,7 @@ def publish_version(model_path: str, base_directory: str) -> tuple[str, str, boo
     staging = os.path.join(base_directory, f"{STAGING_PREFIX}{version}")
     copy_to_staging(model_path, staging)
     final = os.path.join(base_directory, version)
-    fileio.rename(staging, final)
+    move_into_place(staging, final)
     return final, version, True
 
 

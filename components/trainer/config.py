@@ -11,6 +11,10 @@ from typing import Any
 # custom_config key under which the Trainer component carries its TrainingConfig; the
 # other keys of custom_config belong to TFX (the Vertex training job settings).
 CUSTOM_CONFIG_KEY = "training"
+# custom_config key of the folder under which checkpoints are kept, keyed by inputs and
+# config: the pipeline sets <pipeline_root>/Trainer/checkpoints, the same for every job, so
+# a retried Trainer resumes.
+CHECKPOINT_ROOT_KEY = "checkpoint_root"
 
 STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "default")
 MODELS = ("airbench", "seed_cnn")

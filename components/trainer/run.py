@@ -12,8 +12,9 @@ from absl import logging
 from tfx.components.trainer.fn_args_utils import FnArgs
 
 from components.contract import HISTORY_FILE, TRAINING_SUMMARY_FILE
-from components.trainer import data, export, flops, model, strategy as strategies
-from components.trainer.config import TrainingConfig
+from components.trainer import data, export, flops, model, tpu_runtime
+from components.trainer import strategy as strategies
+from components.trainer.config import CHECKPOINT_ROOT_KEY, TrainingConfig
 from components.trainer.training_summary import TrainingSummary
 from components.trainer.keras import keras, tf
 
@@ -82,13 +83,19 @@ class EpochHistory(keras.callbacks.Callback):
                 json.dump(self.epochs, handle, indent=1)
 
 
-def checkpoint_dir(model_run_dir: str, train_files: list[str], config: TrainingConfig) -> str:
-    """A folder that survives a killed run: the same inputs and config give the same
-    folder in the next execution, so BackupAndRestore resumes instead of restarting."""
+def checkpoint_dir(checkpoint_root: str, model_run_dir: str, train_files: list[str],
+                   config: TrainingConfig) -> str:
+    """A folder that survives a killed or retried run: the same inputs and config give the
+    same folder in the next execution, so training resumes instead of restarting.
+
+    Under `checkpoint_root` when the pipeline gives one; else beside the model run folders
+    (`<trainer>/model_run/<id>` -> `<trainer>/checkpoints`).
+    """
     key = hashlib.sha256(json.dumps([sorted(train_files), config.to_custom_config()],
                                     sort_keys=True).encode()).hexdigest()[:16]
-    trainer_root = os.path.dirname(os.path.dirname(model_run_dir.rstrip("/")))
-    return os.path.join(trainer_root, "checkpoints", key)
+    root = checkpoint_root or os.path.join(
+        os.path.dirname(os.path.dirname(model_run_dir.rstrip("/"))), "checkpoints")
+    return os.path.join(root.rstrip("/"), key)
 
 
 def _read_history(path: str) -> list[dict]:
@@ -105,6 +112,7 @@ def run_fn(fn_args: FnArgs) -> None:
         strategies.configure_cpu_replicas(config.cpu_replicas)
     strategy = strategies.create_strategy(config.strategy, config.tpu, config.cpu_replicas)
     kind = strategies.strategy_kind(strategy)
+    tpu_runtime.check_single_host(kind, tpu_runtime.input_hosts(strategy))
     replicas = strategy.num_replicas_in_sync
     recipe = model.RECIPES[config.model]
     per_replica = config.per_replica_batch_size or (
@@ -136,9 +144,11 @@ def run_fn(fn_args: FnArgs) -> None:
 
     with strategy.scope():
         network = build()
-        model.compile_model(network, recipe, learning_rate, steps_per_epoch, epochs)
+        model.compile_model(network, recipe, learning_rate, steps_per_epoch, epochs,
+                            tpu_runtime.steps_per_execution(kind, steps_per_epoch))
 
-    backup_dir = checkpoint_dir(fn_args.model_run_dir, fn_args.train_files, config)
+    backup_dir = checkpoint_dir((fn_args.custom_config or {}).get(CHECKPOINT_ROOT_KEY, ""),
+                                fn_args.model_run_dir, fn_args.train_files, config)
     checkpoints = EpochCheckpoints(network, backup_dir)
     resumed_from = checkpoints.restore_latest()
     previous_history = [e for e in _read_history(os.path.join(backup_dir, HISTORY_FILE))

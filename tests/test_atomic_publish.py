@@ -1,0 +1,108 @@
+"""AtomicPusher on an object-store-like filesystem: a folder rename copies object by object
+(as on GCS), and the push is killed after every possible object. TF Serving loads a version
+once its saved_model.pb exists, so saved_model.pb must never be there before the rest."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from components.atomic_pusher import executor as pusher
+
+MODEL_FILES = {
+    "saved_model.pb": b"graph",
+    "fingerprint.pb": b"fingerprint",
+    "variables/variables.index": b"index",
+    "variables/variables.data-00000-of-00001": b"weights" * 100,
+    "assets/labels.txt": b"airplane\n",
+}
+
+
+class Killed(Exception):
+    """The push process died here."""
+
+
+class ObjectStoreRename:
+    """`fileio.rename` as on GCS: copy every object, then delete the source; the process is
+    killed after `kill_after` object writes (None: never)."""
+
+    def __init__(self, kill_after: int | None):
+        self.kill_after = kill_after
+        self.writes = 0
+
+    def _write(self, src: str, dst: str) -> None:
+        if self.kill_after is not None and self.writes >= self.kill_after:
+            raise Killed(f"killed after {self.writes} objects")
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copyfile(src, dst)
+        self.writes += 1
+
+    def __call__(self, src, dst, overwrite=False):
+        src, dst = str(src), str(dst)
+        if os.path.isdir(src):
+            for root, _, names in sorted(os.walk(src)):
+                for name in sorted(names):
+                    path = os.path.join(root, name)
+                    self._write(path, os.path.join(dst, os.path.relpath(path, src)))
+            shutil.rmtree(src)
+        else:
+            self._write(src, dst)
+            os.remove(src)
+
+
+def _model(tmp_path, name):
+    serving = tmp_path / name / "Format-Serving"
+    for relative, content in MODEL_FILES.items():
+        (serving / relative).parent.mkdir(parents=True, exist_ok=True)
+        (serving / relative).write_bytes(content + name.encode())
+    return str(serving)
+
+
+def _files(directory):
+    return {os.path.relpath(path, directory): Path(path).read_bytes()
+            for path in (os.path.join(root, n) for root, _, names in os.walk(directory)
+                         for n in names)}
+
+
+def _loadable_versions(base):
+    """What TF Serving would load: numeric folders that have a saved_model.pb."""
+    return {name: _files(os.path.join(base, name)) for name in os.listdir(base)
+            if name.isdigit() and os.path.exists(os.path.join(base, name, "saved_model.pb"))}
+
+
+def _expected(model_path):
+    return {**_files(model_path), pusher.SOURCE_FILE: model_path.encode()}
+
+
+def test_a_push_killed_after_any_object_never_exposes_a_loadable_partial_version(
+        tmp_path, monkeypatch):
+    first, second = _model(tmp_path, "first"), _model(tmp_path, "second")
+    objects = len(MODEL_FILES) + 1  # the model's files and PUSHED_FROM
+    for kill_after in range(objects):
+        base = str(tmp_path / f"serving-{kill_after}")
+        pusher.publish_version(first, base)
+        served = _loadable_versions(base)
+        monkeypatch.setattr(pusher.fileio, "rename", ObjectStoreRename(kill_after))
+        with pytest.raises(Killed):
+            pusher.publish_version(second, base)
+        # Whatever is loadable is complete: still just the first version, byte for byte.
+        assert _loadable_versions(base) == served
+        assert list(served.values()) == [_expected(first)]
+
+        monkeypatch.setattr(pusher.fileio, "rename", ObjectStoreRename(None))
+        path, version, is_new = pusher.publish_version(second, base)  # the next push
+        assert is_new and _files(path) == _expected(second)
+        assert sorted(_loadable_versions(base)) == sorted(os.listdir(base))  # no leftovers
+        assert len(os.listdir(base)) == 2
+
+
+def test_the_object_store_rename_would_expose_a_partial_folder_rename(tmp_path):
+    """The fake is strict enough to catch the old scheme (rename the staged folder)."""
+    staged = _model(tmp_path, "staged")
+    final = str(tmp_path / "serving" / "1")
+    rename = ObjectStoreRename(kill_after=2)
+    with pytest.raises(Killed):
+        rename(staged, final)
+    assert os.path.exists(os.path.join(final, "saved_model.pb"))
+    assert _files(final) != _files(staged)

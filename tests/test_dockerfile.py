@@ -1,0 +1,92 @@
+"""The images install exactly the pins of requirements.lock (the same as `make`): no package
+is installed unpinned or at another version, and the TPU build only exists in its own stage."""
+
+import re
+import shlex
+
+from pipeline.config import PROJECT_ROOT
+
+DOCKERFILE = PROJECT_ROOT / "Dockerfile"
+LOCK = PROJECT_ROOT / "requirements.lock"
+WHEEL = re.compile(r"/([A-Za-z0-9_]+)-([0-9][^-]*)-cp\d+-[^/]*\.whl$")
+
+
+def _lock_pins() -> dict[str, str]:
+    pins = {}
+    for line in LOCK.read_text().splitlines():
+        match = re.match(r"([A-Za-z0-9_.\-\[\],]+)==([^\s;]+)", line)
+        if match:
+            pins[re.sub(r"\[.*\]", "", match.group(1)).lower().replace("_", "-")] = match.group(2)
+    return pins
+
+
+def _stages() -> dict[str, dict]:
+    """Stage name -> {'args': ARG defaults, 'runs': [command words of each pip call]}."""
+    stages: dict[str, dict] = {}
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    current = None
+    for line in text.splitlines():
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if words[0] == "FROM":
+            current = stages.setdefault(words[-1], {"from": words[1], "args": {}, "runs": []})
+        elif words[0] == "ARG" and "=" in words[1]:
+            name, value = words[1].split("=", 1)
+            current["args"][name] = value
+        elif words[0] == "RUN":
+            for command in " ".join(words[1:]).split("&&"):
+                current["runs"].append(shlex.split(command))
+    return stages
+
+
+def _pip(command):
+    return command[:3] == ["python", "-m", "pip"] or command[:1] == ["pip"]
+
+
+def _check_installs(stage, pins, allowed_replacement=None):
+    """Every pip install of `stage` is the lock, the project, or the allowed replacement."""
+    installed = []
+    for command in stage["runs"]:
+        if not _pip(command) or "install" not in command:
+            continue
+        args = command[command.index("install") + 1:]
+        assert "--no-deps" in args, f"re-resolves dependencies: {command}"
+        targets = [a for a in args if not a.startswith("-")]
+        if "-r" in args:
+            assert targets == ["requirements.lock"], command
+        elif "-e" in args:
+            assert targets == ["."], command
+        else:
+            for target in targets:
+                url = stage["args"].get(target.strip("${}\"'$"), target)
+                match = WHEEL.search(url)
+                assert match, f"unpinned or unknown install: {target}"
+                name, version = match.group(1).lower().replace("_", "-"), match.group(2)
+                assert allowed_replacement and name == allowed_replacement, \
+                    f"{name} is not installed from the lock"
+                installed.append((name, version))
+    return installed
+
+
+def test_the_cpu_image_installs_only_the_lock_and_the_project():
+    stages, pins = _stages(), _lock_pins()
+    default = list(stages)[-1]
+    assert stages[default]["runs"] == []  # nothing on top of the shared stage
+    base = stages[stages[default]["from"]]
+    assert ["python", "-m", "pip", "install", "--no-cache-dir", "--no-deps", "-r",
+            "requirements.lock"] in base["runs"]
+    assert _check_installs(base, pins) == []
+    assert "tensorflow" in pins and "tf-keras" in pins and "google-cloud-aiplatform" in pins
+
+
+def test_the_tpu_image_swaps_only_tensorflow_for_its_tpu_build_of_the_same_line():
+    stages, pins = _stages(), _lock_pins()
+    tpu = stages["tpu-trainer"]
+    assert tpu["from"] in stages and tpu["from"] != "tpu-trainer"
+    replaced = _check_installs(tpu, pins, allowed_replacement="tensorflow")
+    [(name, version)] = replaced
+    assert version.split(".")[:2] == pins["tensorflow"].split(".")[:2]
+    uninstall = next(c for c in tpu["runs"] if _pip(c) and "uninstall" in c)
+    assert uninstall[-1] == "tensorflow" and tpu["runs"].index(uninstall) == 0
+    assert any(c[:1] == ["curl"] and c[-1] == "/lib/libtpu.so" for c in tpu["runs"])
