@@ -87,13 +87,17 @@ def build_pipeline_spec(config: PipelineConfig, image: str) -> dict[str, Any]:
     return spec
 
 
+def _yaml_output(output: Path) -> Path:
+    if output.suffix not in YAML_SUFFIXES:
+        raise ValueError(f"--output {output}: the KFP v2 pipeline file must end in .yaml")
+    return output.resolve()
+
+
 def write_pipeline_yaml(spec: dict[str, Any], output: Path) -> Path:
     """Writes the spec atomically: a failed write leaves no partial file behind."""
     import yaml
 
-    output = output.resolve()
-    if output.suffix not in YAML_SUFFIXES:
-        raise ValueError(f"--output {output}: the KFP v2 pipeline file must end in .yaml")
+    output = _yaml_output(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     handle = tempfile.NamedTemporaryFile("w", dir=output.parent, prefix=f".{output.name}.",
                                          delete=False)
@@ -111,6 +115,7 @@ def compile_pipeline(config: PipelineConfig, output: Path) -> Path:
     """Writes the KFP v2 pipeline IR (YAML) to `output`."""
     if config.kubeflow is None:
         raise ValueError("compile_pipeline needs a Kubeflow configuration")
+    output = _yaml_output(output)  # before the slow part
     spec = build_pipeline_spec(config, config.kubeflow.image)
     unsupported = resolver_executors(spec)
     if unsupported:  # the topology must stay runnable on the open-source backend

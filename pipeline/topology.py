@@ -15,8 +15,7 @@ from tfx.extensions.google_cloud_ai_platform.trainer import executor as vertex_t
 
 from components.atomic_pusher.component import AtomicPusher
 from components.cifar10_example_gen.component import Cifar10ExampleGen
-from components.served_model_baseline.component import (ServedBaselineEvaluator,
-                                                        ServedModelBaseline)
+from components.served_model_baseline.component import ServedBaselineEvaluator, ServedModelBaseline
 from components.trainer.export import EXAMPLES_SIGNATURE, PROBABILITIES_KEY
 from components.validation_gate.component import DataValidationGate
 from pipeline.config import KubeflowConfig, PipelineConfig, VertexConfig

@@ -125,16 +125,16 @@ def test_compiled_dag_edges_match_the_topology(compiled, tmp_path):
 @pytest.mark.parametrize("flag, value, message", [
     ("--pipeline-root", "/home/me/root", "--pipeline-root must be a gs:// or s3:// URI"),
     ("--data", "./cifar.tar.gz", "--data must be a gs:// or s3:// URI"),
-    ("--data", "minio://mlpipeline/c.tar.gz", "no minio:// filesystem; address the bucket "
-                                              "as s3://mlpipeline/c.tar.gz"),
+    ("--data", "minio://mlpipeline/c.tar.gz",
+     "no minio:// filesystem; address the bucket as s3://mlpipeline/c.tar.gz"),
     ("--output", "pipeline.json", "must end in .yaml"),
 ])
 def test_compile_refuses_bad_input_with_one_line(tmp_path, capsys, flag, value, message):
-    args = [a if a != DATA or flag != "--data" else value for a in COMPILE_ARGS]
-    if flag == "--pipeline-root":
-        args[args.index(ROOT)] = value
-    output = str(tmp_path / value) if flag == "--output" else str(tmp_path / "p.yaml")
-    assert cli.main(args + ["--output", output]) == 2
+    args = COMPILE_ARGS + ["--output", str(tmp_path / "p.yaml")]
+    if flag == "--output":
+        value = str(tmp_path / value)
+    args[args.index(flag) + 1] = value
+    assert cli.main(args) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.splitlines()) == 1, err
     assert list(tmp_path.iterdir()) == []
@@ -188,7 +188,7 @@ class _FakeKfp(BaseHTTPRequestHandler):
         return url.path, query, body
 
     def do_GET(self):  # noqa: N802 - http.server API
-        path, query, _ = self._record()
+        path, _, _ = self._record()
         if self.refuse_with:
             return self._reply(self.refuse_with, {"error": "denied", "code": 16})
         if path == "/apis/v2beta1/healthz":
