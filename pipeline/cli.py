@@ -1,5 +1,5 @@
-"""`cifar10-pipeline`: run the pipeline locally, compile and submit it to Vertex AI,
-classify images with the pushed model."""
+"""`cifar10-pipeline`: run the pipeline locally, compile and submit it to Vertex AI or
+Kubeflow Pipelines, classify images with the pushed model."""
 
 from __future__ import annotations
 
@@ -140,9 +140,58 @@ def _causes(err: BaseException) -> list[BaseException]:
     return chain
 
 
+def _vertex_target_args(args: argparse.Namespace) -> str:
+    """Vertex needs a project and region; Kubeflow needs neither. Empty when given."""
+    missing = [flag for flag, value in (("--project", args.project), ("--region", args.region))
+               if not value]
+    return f"{' and '.join(missing)} required with --target vertex" if missing else ""
+
+
+def cmd_compile_kubeflow(args: argparse.Namespace) -> int:
+    from pipeline import kubeflow_runner
+
+    try:
+        config = kubeflow_runner.kubeflow_config(
+            pipeline_root=args.pipeline_root, image=args.image, source_uri=args.data,
+            training=_training_config(args), trainer_cpu=args.trainer_cpu,
+            trainer_memory_gb=args.trainer_memory_gb, trainer_gpus=args.trainer_gpus,
+            gpu_resource=args.gpu_resource, source_fingerprint=args.data_fingerprint,
+            eval_fraction=args.eval_fraction, accuracy_gate=args.accuracy_gate,
+            max_regression=args.max_regression)
+        path = kubeflow_runner.compile_pipeline(config, Path(args.output))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"Compiled {path}")
+    return EXIT_OK
+
+
+def cmd_submit_kubeflow(args: argparse.Namespace) -> int:
+    from pipeline import kubeflow_runner
+
+    try:
+        submission = kubeflow_runner.load_submission(
+            Path(args.pipeline_file), args.host, args.namespace, args.experiment, args.run_name)
+        if args.dry_run:
+            print(submission.describe())
+            return EXIT_OK
+        run_id = kubeflow_runner.submit(submission)
+    except kubeflow_runner.SubmitError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"Submitted run {run_id} ('{submission.run_name}', experiment "
+          f"'{submission.experiment}')\n{submission.host}/#/runs/details/{run_id}")
+    return EXIT_OK
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from pipeline import vertex_runner
 
+    if args.target == "kubeflow":
+        return cmd_compile_kubeflow(args)
+    if _vertex_target_args(args):
+        print(f"error: {_vertex_target_args(args)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         config = vertex_runner.vertex_config(
             project=args.project, region=args.region, pipeline_root=args.pipeline_root,
@@ -167,6 +216,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     from pipeline import vertex_runner
 
+    if args.target == "kubeflow":
+        return cmd_submit_kubeflow(args)
+    if _vertex_target_args(args):
+        print(f"error: {_vertex_target_args(args)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         submission = vertex_runner.load_submission(
             Path(args.pipeline_file), args.project, args.region, args.service_account,
@@ -237,19 +291,23 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     compile_parser = commands.add_parser(
-        "compile", help="compile the pipeline for Vertex AI Pipelines (KubeflowV2DagRunner)",
-        description="Writes the pipeline JSON for Vertex AI: the same DAG as `run`, with the "
-                    "Trainer on a Cloud TPU worker pool (strategy=tpu) and, optionally, Beam "
-                    "steps on Dataflow and the Pusher deploying to a Vertex endpoint.")
-    compile_parser.add_argument("--target", choices=["vertex"], default="vertex")
-    compile_parser.add_argument("--project", required=True, help="Google Cloud project id")
-    compile_parser.add_argument("--region", required=True, help="e.g. us-central1")
-    compile_parser.add_argument("--pipeline-root", required=True, metavar="GS_URI",
-                                help="gs:// folder for artifacts and pushed models")
+        "compile", help="compile the pipeline for Vertex AI or Kubeflow Pipelines "
+                        "(KubeflowV2DagRunner, KFP v2 YAML)",
+        description="Writes the pipeline (KFP v2 YAML; a .json --output writes Vertex's "
+                    "deprecated PipelineJob JSON): the same DAG as `run`. Vertex: the Trainer "
+                    "on a Cloud TPU worker pool (strategy=tpu) and, optionally, Beam steps on "
+                    "Dataflow and the Pusher deploying to a Vertex endpoint. Kubeflow: the "
+                    "Trainer in its own pod with the --trainer-* requests.")
+    compile_parser.add_argument("--target", choices=["vertex", "kubeflow"], default="vertex")
+    compile_parser.add_argument("--project", help="Google Cloud project id (vertex)")
+    compile_parser.add_argument("--region", help="e.g. us-central1 (vertex)")
+    compile_parser.add_argument("--pipeline-root", required=True, metavar="URI",
+                                help="folder for artifacts and pushed models: gs:// (vertex), "
+                                     "gs:// or s3:// (kubeflow)")
     compile_parser.add_argument("--image", required=True,
                                 help="pipeline image built from this repo's Dockerfile")
-    compile_parser.add_argument("--data", required=True, metavar="GS_URI",
-                                help="gs:// path of the CIFAR-10 archive or folder")
+    compile_parser.add_argument("--data", required=True, metavar="URI",
+                                help="CIFAR-10 archive or folder in the same kind of store")
     compile_parser.add_argument("--data-fingerprint", default="",
                                 help="change this when the data at --data changes, so that "
                                      "Vertex caching re-ingests it")
@@ -267,7 +325,17 @@ def build_parser() -> argparse.ArgumentParser:
     compile_parser.add_argument("--endpoint", default="",
                                 help="deploy the blessed model to this Vertex endpoint "
                                      "instead of pushing to <pipeline-root>/serving")
-    compile_parser.add_argument("--output", default="pipeline.json",
+    kubeflow = compile_parser.add_argument_group("kubeflow: the Trainer pod's requests")
+    kubeflow.add_argument("--trainer-cpu", type=float, default=0.0, metavar="VCPU",
+                          help="CPU request (default: none)")
+    kubeflow.add_argument("--trainer-memory-gb", type=float, default=0.0, metavar="GB",
+                          help="memory request (default: none)")
+    kubeflow.add_argument("--trainer-gpus", type=int, default=0, metavar="N",
+                          help="accelerators to request (default: none)")
+    kubeflow.add_argument("--gpu-resource", default="nvidia.com/gpu",
+                          help="Kubernetes resource name of the accelerator "
+                               "(default: %(default)s)")
+    compile_parser.add_argument("--output", default="pipeline.yaml",
                                 help="file to write (default: %(default)s)")
     cloud = compile_parser.add_argument_group("cloud settings")
     cloud.add_argument("--beam-arg", action="append", default=[], metavar="ARG",
@@ -289,29 +357,37 @@ def build_parser() -> argparse.ArgumentParser:
     compile_parser.set_defaults(func=cmd_compile)
 
     submit_parser = commands.add_parser(
-        "submit", help="submit a compiled pipeline to Vertex AI Pipelines",
-        description="Creates a Vertex AI PipelineJob from a file written by `compile`.")
-    submit_parser.add_argument("pipeline_file", metavar="PIPELINE_JSON")
-    submit_parser.add_argument("--target", choices=["vertex"], default="vertex")
-    submit_parser.add_argument("--project", default="",
-                               help="default: the compiled one; a different one is refused")
-    submit_parser.add_argument("--region", default="",
-                               help="default: the compiled one; a different one is refused")
-    submit_parser.add_argument("--service-account", default="",
-                               help="the PipelineJob runs as this account (default: the "
-                                    "compiled training job's)")
-    submit_parser.add_argument("--network", default="", help="default: the compiled one")
-    submit_parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
-                               help="PipelineJob label, repeatable (added to the compiled ones)")
-    caching = submit_parser.add_mutually_exclusive_group()
+        "submit", help="submit a compiled pipeline to Vertex AI or Kubeflow Pipelines",
+        description="Creates a Vertex AI PipelineJob (google-cloud-aiplatform), or a Kubeflow "
+                    "Pipelines run (kfp Client), from a file written by `compile`.")
+    submit_parser.add_argument("pipeline_file", metavar="PIPELINE_FILE")
+    submit_parser.add_argument("--target", choices=["vertex", "kubeflow"], default="vertex")
+    vertex = submit_parser.add_argument_group("vertex")
+    vertex.add_argument("--project", default="",
+                        help="default: the compiled one; a different one is refused")
+    vertex.add_argument("--region", default="",
+                        help="default: the compiled one; a different one is refused")
+    vertex.add_argument("--service-account", default="",
+                        help="the PipelineJob runs as this account (default: the compiled "
+                             "training job's)")
+    vertex.add_argument("--network", default="", help="default: the compiled one")
+    vertex.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                        help="PipelineJob label, repeatable (added to the compiled ones)")
+    caching = vertex.add_mutually_exclusive_group()
     caching.add_argument("--cache", dest="enable_caching", action="store_const", const=True,
                          help="reuse cached step results (default: as compiled)")
     caching.add_argument("--no-cache", dest="enable_caching", action="store_const", const=False,
                          help="rerun every step")
-    submit_parser.add_argument("--wait", action="store_true",
-                               help="wait for the run to end, printing each step's state")
-    submit_parser.add_argument("--poll-seconds", type=float, default=30.0,
-                               help=argparse.SUPPRESS)
+    vertex.add_argument("--wait", action="store_true",
+                        help="wait for the run to end, printing each step's state")
+    vertex.add_argument("--poll-seconds", type=float, default=30.0, help=argparse.SUPPRESS)
+    kubeflow = submit_parser.add_argument_group("kubeflow")
+    kubeflow.add_argument("--host", default="",
+                          help="KFP API URL, e.g. http://localhost:8080")
+    kubeflow.add_argument("--namespace", default="",
+                          help="profile namespace on multi-user clusters")
+    kubeflow.add_argument("--experiment", default="", help="default: the pipeline name")
+    kubeflow.add_argument("--run-name", default="", help="default: <pipeline>-<timestamp>")
     submit_parser.add_argument("--dry-run", action="store_true",
                                help="validate the file and print what would be submitted; "
                                     "no network")

@@ -29,6 +29,26 @@ class VertexConfig:
 
 
 @dataclass(frozen=True)
+class KubeflowConfig:
+    """Open-source Kubeflow Pipelines settings: the image every step runs, and what the
+    Trainer's pod requests (0 requests nothing; the strategy follows what the pod sees)."""
+
+    image: str
+    trainer_cpu: float = 0.0  # vCPU request
+    trainer_memory_gb: float = 0.0  # memory request, GB
+    trainer_gpus: int = 0  # accelerator count
+    gpu_resource: str = "nvidia.com/gpu"  # Kubernetes resource name of the accelerator
+
+    def __post_init__(self) -> None:
+        for name in ("trainer_cpu", "trainer_memory_gb", "trainer_gpus"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.trainer_gpus and "/" not in self.gpu_resource:
+            raise ValueError(f"gpu_resource must be a Kubernetes resource name such as "
+                             f"nvidia.com/gpu, got '{self.gpu_resource}'")
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     pipeline_name: str
     pipeline_root: str  # where artifacts go: a local folder or gs://
@@ -47,9 +67,12 @@ class PipelineConfig:
     beam_args: tuple[str, ...] = ()
     enable_cache: bool = True
     vertex: VertexConfig | None = None
+    kubeflow: KubeflowConfig | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.accuracy_gate <= 1.0:
             raise ValueError(f"accuracy_gate must be in [0, 1], got {self.accuracy_gate}")
         if not 0.0 < self.eval_fraction < 1.0:
             raise ValueError(f"eval_fraction must be in (0, 1), got {self.eval_fraction}")
+        if self.vertex is not None and self.kubeflow is not None:
+            raise ValueError("a pipeline targets Vertex AI or Kubeflow Pipelines, not both")

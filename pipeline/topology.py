@@ -1,9 +1,9 @@
 """The pipeline's DAG, the same for every runner: `create_pipeline(config)`.
 
 Ingest -> statistics -> curated schema -> validation -> gate -> train -> evaluate
-(against the accuracy gate and the last blessed model) -> push. Where a runner
-differs (the Vertex-backed Trainer and Pusher, Dataflow), `config` says so; the
-components and their wiring do not change.
+(against the accuracy gate and the model currently served) -> push. Where a runner
+differs (the Vertex-backed Trainer and Pusher, Dataflow, the Kubeflow Trainer pod's
+resources), `config` says so; the components and their wiring do not change.
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ from tfx.extensions.google_cloud_ai_platform.trainer import executor as vertex_t
 from components.atomic_pusher.component import AtomicPusher
 from components.cifar10_example_gen.component import Cifar10ExampleGen
 from components.contract import EXAMPLES_SIGNATURE, LABEL_KEY, PROBABILITIES_KEY
+from components.served_model_baseline.component import (ServedBaselineEvaluator,
+                                                        ServedModelBaseline)
 from components.trainer.config import CHECKPOINT_ROOT_KEY
 from components.trainer.config import CUSTOM_CONFIG_KEY as TRAINING_CONFIG_KEY
 from components.validation_gate.component import DataValidationGate
-from pipeline.config import PipelineConfig, VertexConfig
+from pipeline.config import KubeflowConfig, PipelineConfig, VertexConfig
 from pipeline.tpu import tpu_worker
 
 RUN_FN = "components.trainer.run.run_fn"
@@ -78,6 +80,19 @@ def _vertex_training_args(vertex: VertexConfig) -> dict:
     }
 
 
+def _kubeflow_trainer_resources(kubeflow: KubeflowConfig):
+    """The Trainer pod's requests, as the ResourceSpec KubeflowV2DagRunner copies into
+    the Trainer's container spec."""
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    resources = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec(
+        cpu_request=kubeflow.trainer_cpu, memory_request=kubeflow.trainer_memory_gb)
+    if kubeflow.trainer_gpus:
+        resources.accelerator.type = kubeflow.gpu_resource
+        resources.accelerator.count = kubeflow.trainer_gpus
+    return resources
+
+
 def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
     example_gen = Cifar10ExampleGen(
         source_uri=config.source_uri,
@@ -112,19 +127,22 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
     else:
         trainer = tfx.components.Trainer(**trainer_args, custom_config=training_config)
     trainer.add_upstream_node(validation_gate)
+    if config.kubeflow is not None:
+        trainer.with_platform_config(_kubeflow_trainer_resources(config.kubeflow))
 
-    latest_blessed_model = tfx.dsl.Resolver(
-        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
-        model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
-        model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
-    ).with_id("latest_blessed_model_resolver")
-    evaluator = tfx.components.Evaluator(
+    # The baseline is the model being served, read from the serving directory: an
+    # ordinary step, where a Resolver would compile to executors that only some
+    # orchestrators implement.
+    serving_model_dir = f"{config.serving_dir.rstrip('/')}/{config.model_name}"
+    served_model = ServedModelBaseline(model=trainer.outputs["model"],
+                                       serving_model_dir=serving_model_dir)
+    evaluator = ServedBaselineEvaluator(
         examples=example_gen.outputs["examples"],
         model=trainer.outputs["model"],
-        baseline_model=latest_blessed_model.outputs["model"],
+        baseline_model=served_model.outputs["baseline_model"],
         example_splits=["eval"],
         eval_config=eval_config(config.accuracy_gate, config.max_regression),
-    )
+    ).with_id("Evaluator")
 
     if config.vertex is not None and config.vertex.endpoint:
         pusher = tfx.extensions.google_cloud_ai_platform.Pusher(
@@ -145,7 +163,7 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
         pusher = AtomicPusher(
             model=trainer.outputs["model"],
             model_blessing=evaluator.outputs["blessing"],
-            base_directory=f"{config.serving_dir.rstrip('/')}/{config.model_name}",
+            base_directory=serving_model_dir,
         )
 
     metadata = (tfx.orchestration.metadata.sqlite_metadata_connection_config(config.metadata_path)
@@ -154,7 +172,7 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
         pipeline_name=config.pipeline_name,
         pipeline_root=config.pipeline_root,
         components=[example_gen, schema_gen, statistics_gen, example_validator, validation_gate,
-                    trainer, latest_blessed_model, evaluator, pusher],
+                    trainer, served_model, evaluator, pusher],
         enable_cache=config.enable_cache,
         metadata_connection_config=metadata,
         beam_pipeline_args=list(config.beam_args),

@@ -108,13 +108,18 @@ def vertex_config(*, project: str, region: str, pipeline_root: str, image: str, 
 
 
 def compile_pipeline(config: PipelineConfig, output: Path) -> Path:
-    """Writes the Vertex pipeline JSON to `output`."""
+    """Writes the Vertex pipeline to `output`: KFP v2 YAML, or for a .json name the
+    PipelineJob JSON that TFX marks deprecated."""
     from tfx import v1 as tfx
 
+    from pipeline import kubeflow_runner
     from pipeline.topology import create_pipeline
 
     if config.vertex is None:
         raise ValueError("compile_pipeline needs a Vertex configuration")
+    if output.suffix != ".json":
+        spec = kubeflow_runner.build_pipeline_spec(config, config.vertex.image)
+        return kubeflow_runner.write_pipeline_yaml(spec, output)
     output = output.resolve()
     output.parent.mkdir(parents=True, exist_ok=True)
     runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
@@ -123,6 +128,23 @@ def compile_pipeline(config: PipelineConfig, output: Path) -> Path:
         output_dir=str(output.parent), output_filename=output.name)
     runner.run(create_pipeline(config), write_out=True)
     return output
+
+
+def _read_pipeline_job(path: Path) -> dict[str, Any]:
+    """The PipelineJob body: the JSON file as written, or a YAML PipelineSpec wrapped with
+    its default pipeline root as the output directory."""
+    import yaml
+
+    if path.suffix not in (".yaml", ".yml"):
+        return json.loads(path.read_text())
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ValueError(str(err).splitlines()[0]) from err
+    if not isinstance(spec, dict):
+        raise ValueError("not a YAML mapping")
+    return {"pipelineSpec": spec,
+            "runtimeConfig": {"gcsOutputDirectory": spec.get("defaultPipelineRoot", "")}}
 
 
 @dataclass(frozen=True)
@@ -170,16 +192,17 @@ def _trainer_settings(spec: dict) -> dict:
 def load_submission(path: Path, project: str = "", region: str = "", service_account: str = "",
                     network: str = "", labels: tuple[tuple[str, str], ...] = (),
                     enable_caching: bool | None = None) -> Submission:
-    """Validates a compiled file against the submit-time settings (no network).
+    """Validates a compiled file (YAML, or the older JSON) against the submit-time
+    settings (no network).
 
     Project and region default to the ones compiled in; different ones are refused, since
     the training CustomJob would still go to the compiled ones. The service account,
     network and labels default to the training CustomJob's.
     """
     try:
-        job = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise SubmitError(f"{path}: not a readable pipeline JSON ({err})") from err
+        job = _read_pipeline_job(Path(path))
+    except (OSError, ValueError) as err:
+        raise SubmitError(f"{path}: not a readable pipeline file ({err})") from err
     spec = job.get("pipelineSpec", {}) if isinstance(job, dict) else {}
     if not spec.get("root", {}).get("dag", {}).get("tasks") or "deploymentSpec" not in spec:
         raise SubmitError(f"{path}: not a compiled Vertex pipeline (no pipelineSpec DAG); "

@@ -1,0 +1,38 @@
+"""ServedModelBaseline, and the Evaluator that accepts its (possibly empty) output.
+
+The regression baseline is the model currently served, read from the serving
+directory the pusher writes. Unlike a latest-blessed-model Resolver, this is an
+ordinary container step, so every orchestrator runs it, including the open-source
+Kubeflow Pipelines backend, which has no resolver executors.
+"""
+
+from tfx import types
+from tfx.components import Evaluator
+from tfx.dsl.components.base import base_component, executor_spec
+from tfx.types import standard_artifacts
+
+from components.served_model_baseline.executor import EvaluatorExecutor, Executor
+from components.served_model_baseline.spec import ServedModelBaselineSpec
+
+
+class ServedModelBaseline(base_component.BaseComponent):
+    """Outputs the newest served version `<serving_model_dir>/<N>/` as a Model.
+
+    It takes the candidate model as input so that it runs once per candidate, just
+    before evaluation: a cached rerun of the same candidate reuses the baseline it
+    was first judged against, and a new candidate always sees the current one.
+    """
+
+    SPEC_CLASS = ServedModelBaselineSpec
+    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)
+
+    def __init__(self, model: types.BaseChannel, serving_model_dir: str):
+        super().__init__(spec=ServedModelBaselineSpec(
+            model=model, serving_model_dir=serving_model_dir,
+            baseline_model=types.Channel(type=standard_artifacts.Model)))
+
+
+class ServedBaselineEvaluator(Evaluator):
+    """TFX's Evaluator; an empty baseline artifact means 'no baseline'."""
+
+    EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(EvaluatorExecutor)

@@ -1,0 +1,328 @@
+"""Kubeflow Pipelines: compile the same topology to KFP v2 YAML (no resolver executors),
+and submit it with kfp's Client against a local HTTP server that speaks the KFP v2beta1
+REST API."""
+
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import yaml
+
+from pipeline import cli, kubeflow_runner, vertex_runner
+from pipeline.config import PROJECT_ROOT, TrainingConfig
+from pipeline.local_runner import local_config
+from pipeline.topology import create_pipeline
+
+IMAGE = "registry.example.com/ml/cifar10-pipeline:v1"
+ROOT = "s3://bucket-x/pipeline-root"
+DATA = "s3://bucket-x/cifar-10-binary.tar.gz"
+COMPILE_ARGS = ["compile", "--target", "kubeflow", "--pipeline-root", ROOT, "--image", IMAGE,
+                "--data", DATA, "--trainer-cpu", "6", "--trainer-memory-gb", "24",
+                "--trainer-gpus", "2"]
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    path = tmp_path_factory.mktemp("kubeflow") / "cifar10.yaml"
+    assert cli.main(COMPILE_ARGS + ["--output", str(path)]) == 0
+    return path, yaml.safe_load(path.read_text())
+
+
+def test_the_file_loads_with_the_kfp_sdk(compiled):
+    from google.protobuf import json_format
+    from kfp import components
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    path, spec = compiled
+    component = components.load_component_from_file(str(path))
+    assert component.name == "cifar10"
+    parsed = json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
+    assert parsed.default_pipeline_root == ROOT
+    executors = set(parsed.deployment_spec["executors"].keys())
+    for name, task in parsed.root.dag.tasks.items():
+        assert parsed.components[task.component_ref.name].executor_label in executors, name
+    assert {"Trainer", "ServedModelBaseline", "Evaluator"} <= set(parsed.root.dag.tasks)
+
+
+def test_no_resolver_executors_only_containers(compiled):
+    _, spec = compiled
+    executors = spec["deploymentSpec"]["executors"]
+    assert kubeflow_runner.resolver_executors(spec) == []
+    assert all(set(executor) == {"container"} for executor in executors.values()), executors
+    assert {e["container"]["image"] for e in executors.values()} == {IMAGE}
+
+
+def test_resolver_executors_are_detected():
+    spec = {"deploymentSpec": {"executors": {
+        "Trainer_executor": {"container": {"image": IMAGE}},
+        "latest_blessed_model_resolver-model-resolver_executor": {"resolver": {}}}}}
+    assert kubeflow_runner.resolver_executors(spec) == [
+        "latest_blessed_model_resolver-model-resolver_executor"]
+
+
+def test_evaluator_baseline_is_the_served_model_step(compiled):
+    _, spec = compiled
+    tasks = spec["root"]["dag"]["tasks"]
+    baseline = tasks["Evaluator"]["inputs"]["artifacts"]["baseline_model"]["taskOutputArtifact"]
+    assert baseline["producerTask"] == "ServedModelBaseline"
+    parameter = tasks["ServedModelBaseline"]["inputs"]["parameters"]["serving_model_dir"]
+    assert parameter["runtimeValue"]["constantValue"]["stringValue"] == \
+        f"{ROOT}/serving/cifar10"
+    executors = spec["deploymentSpec"]["executors"]
+    assert "components.served_model_baseline.executor.EvaluatorExecutor" in \
+        executors["Evaluator_executor"]["container"]["args"]
+
+
+def test_trainer_is_the_standard_trainer_with_pod_requests(compiled):
+    _, spec = compiled
+    container = spec["deploymentSpec"]["executors"]["Trainer_executor"]["container"]
+    assert "tfx.components.trainer.executor.GenericExecutor" in container["args"]
+    assert container["resources"] == {
+        "cpuRequest": 6.0, "memoryRequest": 24.0,
+        "accelerator": {"type": "nvidia.com/gpu", "count": "2"}}
+    parameter = spec["root"]["dag"]["tasks"]["Trainer"]["inputs"]["parameters"]["custom_config"]
+    custom = json.loads(parameter["runtimeValue"]["constantValue"]["stringValue"])
+    assert custom["strategy"] == "auto" and "ai_platform_training_args" not in custom
+    others = [name for name, e in spec["deploymentSpec"]["executors"].items()
+              if "resources" in e["container"]]
+    assert others == ["Trainer_executor"]
+
+
+def test_no_local_paths_in_the_compiled_file(compiled):
+    path, _ = compiled
+    text = path.read_text()
+    for local in {str(PROJECT_ROOT), str(Path.home()), "/tmp/"}:
+        assert local not in text
+    assert kubeflow_runner.CONTAINER_SCHEMA_PATH in text
+
+
+def test_local_and_kubeflow_pipelines_share_one_topology(tmp_path):
+    training = TrainingConfig()
+    local = create_pipeline(local_config(tmp_path, "/data/c.tar.gz", "f", training))
+    kubeflow = create_pipeline(kubeflow_runner.kubeflow_config(
+        pipeline_root=ROOT, image=IMAGE, source_uri=DATA, training=training))
+
+    def edges(pipeline):
+        return {(c.id, tuple(sorted(u.id for u in c.upstream_nodes))) for c in pipeline.components}
+
+    assert edges(local) == edges(kubeflow)
+    assert ("Evaluator", ("Cifar10ExampleGen", "ServedModelBaseline", "Trainer")) in edges(local)
+
+
+def test_compiled_dag_edges_match_the_topology(compiled, tmp_path):
+    _, spec = compiled
+    local = create_pipeline(local_config(tmp_path, "/data/c.tar.gz", "f", TrainingConfig()))
+    expected = {c.id: {u.id for u in c.upstream_nodes} for c in local.components}
+    compiled_deps = {name: set(task.get("dependentTasks", []))
+                     for name, task in spec["root"]["dag"]["tasks"].items()}
+    assert compiled_deps == expected
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--pipeline-root", "/home/me/root", "--pipeline-root must be a gs:// or s3:// URI"),
+    ("--data", "./cifar.tar.gz", "--data must be a gs:// or s3:// URI"),
+    ("--data", "minio://mlpipeline/c.tar.gz",
+     "no minio:// filesystem; address the bucket as s3://mlpipeline/c.tar.gz"),
+    ("--output", "pipeline.json", "must end in .yaml"),
+])
+def test_compile_refuses_bad_input_with_one_line(tmp_path, capsys, flag, value, message):
+    args = COMPILE_ARGS + ["--output", str(tmp_path / "p.yaml")]
+    if flag == "--output":
+        value = str(tmp_path / value)
+    args[args.index(flag) + 1] = value
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_vertex_compiles_yaml_and_submit_accepts_it(tmp_path, capsys):
+    path = tmp_path / "vertex.yaml"
+    assert cli.main(["compile", "--target", "vertex", "--project", "proj-x", "--region",
+                     "us-central1", "--pipeline-root", "gs://b/root", "--image", IMAGE,
+                     "--data", "gs://b/c.tar.gz", "--output", str(path)]) == 0
+    spec = yaml.safe_load(path.read_text())
+    assert spec["defaultPipelineRoot"] == "gs://b/root"
+    assert kubeflow_runner.resolver_executors(spec) == []
+    submission = vertex_runner.load_submission(path, "proj-x", "us-central1")
+    assert submission.pipeline_root == "gs://b/root"
+    assert submission.job["pipelineSpec"]["root"]["dag"]["tasks"].keys() == \
+        spec["root"]["dag"]["tasks"].keys()
+    capsys.readouterr()
+    assert cli.main(["submit", str(path), "--project", "proj-x", "--region", "us-central1",
+                     "--dry-run"]) == 0
+    assert "would submit PipelineJob 'cifar10-" in capsys.readouterr().out
+
+
+def test_vertex_compile_without_project_is_one_line(capsys):
+    assert cli.main(["compile", "--pipeline-root", "gs://b/r", "--image", IMAGE, "--data",
+                     "gs://b/c.tar.gz"]) == 2
+    assert capsys.readouterr().err == "error: --project and --region required with --target " \
+                                      "vertex\n"
+
+
+class _FakeKfp(BaseHTTPRequestHandler):
+    """The slice of the KFP v2beta1 REST API that kfp.Client uses to create a run."""
+
+    requests: list = []
+    refuse_with = 0  # an HTTP status to answer every request with, e.g. 401
+
+    def _reply(self, status: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _record(self) -> tuple[str, dict, dict]:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else {}
+        url = urlsplit(self.path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        _FakeKfp.requests.append((self.command, url.path, query, body))
+        return url.path, query, body
+
+    def do_GET(self):  # noqa: N802 - http.server API
+        path, _, _ = self._record()
+        if self.refuse_with:
+            return self._reply(self.refuse_with, {"error": "denied", "code": 16})
+        if path == "/apis/v2beta1/healthz":
+            return self._reply(200, {"multi_user": False})
+        if path == "/apis/v2beta1/experiments":
+            return self._reply(200, {})  # no experiment with that name yet
+        return self._reply(404, {"error": f"no route {path}"})
+
+    def do_POST(self):  # noqa: N802 - http.server API
+        path, _, body = self._record()
+        if self.refuse_with:
+            return self._reply(self.refuse_with, {"error": "denied", "code": 16})
+        if path == "/apis/v2beta1/experiments":
+            return self._reply(200, {**body, "experiment_id": "exp-7"})
+        if path == "/apis/v2beta1/runs":
+            return self._reply(200, {**body, "run_id": "run-42", "state": "PENDING"})
+        return self._reply(404, {"error": f"no route {path}"})
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_kfp(tmp_path, monkeypatch):
+    """A KFP API on 127.0.0.1 at a free port; kfp's context file kept out of $HOME."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr("kfp.client.client.Client._LOCAL_KFP_CONTEXT",
+                        str(tmp_path / "context.json"))
+    _FakeKfp.requests = []
+    _FakeKfp.refuse_with = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeKfp)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def test_submit_creates_the_run_through_the_kfp_client(compiled, fake_kfp, capsys):
+    path, spec = compiled
+    assert cli.main(["submit", str(path), "--target", "kubeflow", "--host", fake_kfp,
+                     "--namespace", "team-a", "--experiment", "cifar", "--run-name",
+                     "nightly-1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Submitted run run-42 ('nightly-1', experiment 'cifar')")
+    assert f"{fake_kfp}/#/runs/details/run-42" in out
+    [(_, _, listed, _)] = [r for r in _FakeKfp.requests
+                           if r[:2] == ("GET", "/apis/v2beta1/experiments")]
+    assert listed["namespace"] == "team-a" and "cifar" in listed["filter"]
+    [(_, _, _, experiment)] = [r for r in _FakeKfp.requests
+                               if r[:2] == ("POST", "/apis/v2beta1/experiments")]
+    assert experiment["display_name"] == "cifar" and experiment["namespace"] == "team-a"
+    [(_, _, _, run)] = [r for r in _FakeKfp.requests if r[:2] == ("POST", "/apis/v2beta1/runs")]
+    assert run["display_name"] == "nightly-1" and run["experiment_id"] == "exp-7"
+    assert run["runtime_config"]["pipeline_root"] == ROOT
+    assert run["pipeline_spec"]["root"]["dag"]["tasks"].keys() == \
+        spec["root"]["dag"]["tasks"].keys()
+    assert run["pipeline_spec"]["deploymentSpec"] == spec["deploymentSpec"]
+
+
+def test_submit_without_namespace_asks_the_cluster_whether_it_is_multi_user(
+        compiled, fake_kfp, capsys):
+    path, _ = compiled
+    assert cli.main(["submit", str(path), "--target", "kubeflow", "--host", fake_kfp]) == 0
+    paths = [(method, url) for method, url, _, _ in _FakeKfp.requests]
+    assert paths[0] == ("GET", "/apis/v2beta1/healthz")
+    assert ("POST", "/apis/v2beta1/runs") in paths
+    [(_, _, _, run)] = [r for r in _FakeKfp.requests if r[:2] == ("POST", "/apis/v2beta1/runs")]
+    assert run["display_name"].startswith("cifar10-")
+    assert "Submitted run run-42" in capsys.readouterr().out
+
+
+def test_submit_refused_auth_is_one_line(compiled, fake_kfp, capsys):
+    path, _ = compiled
+    _FakeKfp.refuse_with = 401
+    assert cli.main(["submit", str(path), "--target", "kubeflow", "--host", fake_kfp,
+                     "--namespace", "team-a"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {fake_kfp} refused the request (401 ")
+    assert len(err.splitlines()) == 1
+    assert not [r for r in _FakeKfp.requests if r[:2] == ("POST", "/apis/v2beta1/runs")]
+
+
+def test_submit_to_an_unreachable_host_is_one_line(compiled, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr("kfp.client.client.Client._LOCAL_KFP_CONTEXT",
+                        str(tmp_path / "context.json"))
+    with socket.socket() as probe:  # a loopback port that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    path, _ = compiled
+    assert cli.main(["submit", str(path), "--target", "kubeflow", "--host",
+                     f"http://127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: could not reach Kubeflow Pipelines at http://127.0.0.1:{port}")
+    assert len(err.splitlines()) == 1
+
+
+def test_submit_dry_run_describes_without_network(compiled, capsys):
+    path, _ = compiled
+    # Port 9 (discard) on loopback: a dry run must not even try it.
+    assert cli.main(["submit", str(path), "--target", "kubeflow", "--host",
+                     "http://127.0.0.1:9", "--namespace", "team-a", "--run-name", "r1",
+                     "--dry-run"]) == 0
+    shown = capsys.readouterr().out
+    assert "would create run 'r1'" in shown and "team-a" in shown
+    assert f"root       {ROOT}" in shown and IMAGE in shown
+    assert "ServedModelBaseline" in shown and "Trainer" in shown
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("p.yaml", "root: [unclosed", "not a readable KFP pipeline YAML"),
+    ("p.yaml", "pipelineInfo: {name: x}\nroot: {}\n", "not a compiled pipeline"),
+    ("p.yaml", "bogusField: 1\n", "not a readable KFP pipeline YAML"),
+    ("p.json", "{}", "takes the .yaml file"),
+])
+def test_submit_refuses_a_malformed_file_with_one_line(tmp_path, capsys, name, content,
+                                                       message):
+    bad = tmp_path / name
+    bad.write_text(content)
+    assert cli.main(["submit", str(bad), "--target", "kubeflow", "--host",
+                     "http://127.0.0.1:9", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_submit_refuses_a_file_with_resolver_executors(compiled, tmp_path, capsys):
+    _, spec = compiled
+    spec = json.loads(json.dumps(spec))
+    spec["deploymentSpec"]["executors"]["old-model-resolver_executor"] = {
+        "resolver": {"outputArtifactQueries": {}}}
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert cli.main(["submit", str(path), "--target", "kubeflow", "--host",
+                     "http://127.0.0.1:9", "--dry-run"]) == 2
+    assert "resolver executors (old-model-resolver_executor)" in capsys.readouterr().err
