@@ -141,7 +141,8 @@ def _causes(err: BaseException) -> list[BaseException]:
 
 
 def _vertex_target_args(args: argparse.Namespace) -> str:
-    """Vertex needs a project and region; Kubeflow needs neither. Empty when given."""
+    """Compiling for Vertex needs a project and region; Kubeflow needs neither. Empty when
+    given. (`submit` takes them from the compiled file.)"""
     missing = [flag for flag, value in (("--project", args.project), ("--region", args.region))
                if not value]
     return f"{' and '.join(missing)} required with --target vertex" if missing else ""
@@ -218,9 +219,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     if args.target == "kubeflow":
         return cmd_submit_kubeflow(args)
-    if _vertex_target_args(args):
-        print(f"error: {_vertex_target_args(args)}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     try:
         submission = vertex_runner.load_submission(
             Path(args.pipeline_file), args.project, args.region, args.service_account,
