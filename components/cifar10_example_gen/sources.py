@@ -20,6 +20,8 @@ from typing import BinaryIO, Iterable, Iterator
 
 import numpy as np
 
+from components.progress import progress_logger
+
 LABEL_NAMES = (
     "airplane", "automobile", "bird", "cat", "deer",
     "dog", "frog", "horse", "ship", "truck",
@@ -307,10 +309,13 @@ def read_shard(shard: Shard) -> Iterator[Record]:
     if shard.layout == IMAGE_FOLDER:
         label = LABEL_NAMES.index(os.path.basename(shard.member))
         folder = os.path.join(shard.source, shard.member)
+        count = 0
         for rel in _walk_files(folder):
             if rel.lower().endswith(IMAGE_SUFFIXES):
+                count += 1
                 yield Record(os.path.join(shard.member, rel), label,
                              _decode_image(os.path.join(folder, rel)))
+        progress_logger().debug("Cifar10ExampleGen: read %s, %d images", folder, count)
         return
     where, data = _read_member(shard)
     parse = _binary_records if shard.layout == BINARY else _python_records
@@ -318,6 +323,8 @@ def read_shard(shard: Shard) -> Iterator[Record]:
     base = os.path.basename(shard.member)
     for index, (label, image) in enumerate(zip(labels, images)):
         yield Record(f"{base}:{index}", int(label), image.tobytes())
+    progress_logger().debug("Cifar10ExampleGen: read %s, %d records (%s split)", where,
+                            len(labels), shard.split)
 
 
 class EvalCarver:
