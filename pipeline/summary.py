@@ -97,8 +97,9 @@ def collect(metadata_path: str) -> dict[str, Any]:
         training = _read_json(os.path.join(model.uri, TRAINING_SUMMARY_FILE)) or {}
         summary.update({k: training.get(k) for k in (
             "model", "strategy", "replicas", "per_replica_batch_size", "global_batch_size",
-            "epochs", "resumed_from_epoch", "checkpoint_fallback", "precision", "precision_reason", "hardware", "load_seconds", "fit_seconds",
-            "export_seconds", "trainer_seconds")})
+            "epochs", "resumed_from_epoch", "checkpoint_fallback", "precision",
+            "precision_reason", "hardware", "load_seconds", "fit_seconds", "export_seconds",
+            "trainer_seconds")})
         summary["history"] = _read_json(os.path.join(model.uri, HISTORY_FILE)) or []
         summary["model_run_dir"] = model.uri
     evaluation = outputs.get("Evaluator", {}).get("evaluation")
