@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -79,24 +80,29 @@ def _add_gate_args(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from components.cifar10_example_gen.sources import SourceError, fingerprint
+    # Only light modules until the data is checked: TFX, Beam and TensorFlow take about a
+    # minute to import here, and a mistyped --data must not wait for them.
+    from components.cifar10_example_gen.sources import SourceError, count_records, fingerprint
     from components.validation_gate.checks import DataValidationError
     from pipeline import data_source, local_runner, report_text
 
     known = ((SourceError, EXIT_BAD_INPUT), (local_runner.OutputDirError, EXIT_BAD_INPUT),
              (DataValidationError, EXIT_DATA_INVALID))
     output_dir = Path(args.output_dir).resolve()
-    try:  # arguments and data location: SourceError is a ValueError too
+    try:  # arguments, data location and every record: SourceError is a ValueError too
         source = data_source.resolve(args.data)
         config = local_runner.local_config(
             output_dir, source, fingerprint(source), _training_config(args),
             eval_fraction=args.eval_fraction, accuracy_gate=args.accuracy_gate,
             max_regression=args.max_regression, enable_cache=not args.no_cache,
             beam_args=tuple(args.beam_arg))
+        checking = time.time()
+        counts = count_records(source)
     except (ValueError, data_source.DataSourceError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(f"Data: {source}\nOutput: {output_dir}", file=sys.stderr)
+    print(f"Data: {source} ({counts['train']} training and {counts['test']} test records, "
+          f"checked in {time.time() - checking:.1f}s)\nOutput: {output_dir}", file=sys.stderr)
     try:
         with local_runner.exclusive_output_dir(output_dir):
             try:

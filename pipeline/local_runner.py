@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from components.progress import PROGRESS_LOGGER
 from pipeline.config import PipelineConfig, TrainingConfig
 from pipeline.summary import RunSummary
 
@@ -74,42 +75,65 @@ def local_config(output_dir: Path, source_uri: str, source_fingerprint: str,
 
 class _ProgressPrinter(logging.Handler):
     """Turns LocalDagRunner's 'Component X is running/finished' log lines into one
-    short line per component, with its duration."""
+    short line per component, with its duration, and shows the components' own progress
+    (`components.progress`): lasting lines always, live updates on a terminal only, on
+    one line that rewrites itself."""
 
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
+    def __init__(self, stream=None) -> None:
+        super().__init__(logging.DEBUG)
+        self.stream = stream or sys.stderr
         self.started: dict[str, float] = {}
+        self._live_line = False  # a live update is on screen, without a newline
+
+    def _print(self, line: str, live: bool = False) -> None:
+        if self._live_line:
+            self.stream.write("\r\033[K")  # clear the live line before writing over it
+        self.stream.write(line if live else line + "\n")
+        self.stream.flush()
+        self._live_line = live
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
-        if not message.startswith("Component ") or not message.endswith(("running.", "finished.")):
+        stamp = f"[{time.strftime('%H:%M:%S')}]"
+        if record.name == PROGRESS_LOGGER:
+            if record.levelno >= logging.INFO:
+                self._print(f"{stamp} {message}")
+            elif self.stream.isatty():
+                self._print(f"{stamp} {message}", live=True)
+            return
+        if record.levelno < logging.INFO or not message.startswith("Component ") \
+                or not message.endswith(("running.", "finished.")):
             return
         node = message.split()[1]
         if message.endswith("running."):
             self.started[node] = time.time()
-            print(f"[{time.strftime('%H:%M:%S')}] {node} started", file=sys.stderr, flush=True)
+            self._print(f"{stamp} {node} started")
         else:
             seconds = time.time() - self.started.get(node, time.time())
-            print(f"[{time.strftime('%H:%M:%S')}] {node} finished in {seconds:.1f}s",
-                  file=sys.stderr, flush=True)
+            self._print(f"{stamp} {node} finished in {seconds:.1f}s")
 
 
 @contextlib.contextmanager
 def _logs_to_file(path: Path) -> Iterator[None]:
-    """Full TFX/Beam logs go to a file; the console gets one line per component."""
+    """Full TFX/Beam logs go to a file; the console gets one line per component and the
+    components' progress lines."""
     from absl import logging as absl_logging
 
     path.parent.mkdir(parents=True, exist_ok=True)
     root = logging.getLogger()
+    progress_logger = logging.getLogger(PROGRESS_LOGGER)
     file_handler = logging.FileHandler(path)
+    file_handler.setLevel(logging.INFO)  # live progress updates stay off the file
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     progress = _ProgressPrinter()
     saved_level, saved_handlers = root.level, list(root.handlers)
+    saved_progress_level = progress_logger.level
     for handler in saved_handlers:
         root.removeHandler(handler)
     root.addHandler(file_handler)
     root.addHandler(progress)
     root.setLevel(logging.INFO)
+    progress_logger.setLevel(logging.DEBUG if sys.stderr.isatty() else logging.INFO)
     absl_logging.set_verbosity(absl_logging.INFO)
     try:
         yield
@@ -118,6 +142,7 @@ def _logs_to_file(path: Path) -> Iterator[None]:
         root.removeHandler(progress)
         file_handler.close()
         root.setLevel(saved_level)
+        progress_logger.setLevel(saved_progress_level)
         for handler in saved_handlers:
             root.addHandler(handler)
 

@@ -6,13 +6,16 @@ import argparse
 import io
 import json
 import os
+import re
 import sys
+import warnings
 from pathlib import Path
 
 os.environ["CUDA_VISIBLE_DEVICES"] = ""  # serving is CPU-only by design
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 ACCEPTED_FORMATS = ("PNG", "JPEG")
+_ACCEPTED_SIGNATURES = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff")
 
 
 class ModelNotFoundError(RuntimeError):
@@ -34,19 +37,33 @@ def newest_version(model_dir: str) -> Path:
 
 
 def check_image(path: str) -> bytes:
-    """The file's bytes if it is a PNG or JPEG image, else ValueError naming the problem."""
+    """The file's bytes if it is a PNG or JPEG image, else ValueError naming the problem.
+
+    An image too large for Pillow's decompression-bomb guard passes this check: its
+    size is the served model's to judge, so `predict` refuses it as serving does."""
     from PIL import Image, UnidentifiedImageError
 
     try:
         payload = Path(path).read_bytes()
-        with Image.open(io.BytesIO(payload)) as image:
-            image.verify()
-            if image.format not in ACCEPTED_FORMATS:
-                raise ValueError(f"{path}: {image.format} images are not supported "
-                                 f"(use PNG or JPEG)")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(payload)) as image:
+                image.verify()
+                if image.format not in ACCEPTED_FORMATS:
+                    raise ValueError(f"{path}: {image.format} images are not supported "
+                                     f"(use PNG or JPEG)")
+    except Image.DecompressionBombError:
+        if not payload.startswith(_ACCEPTED_SIGNATURES):
+            raise ValueError(f"{path}: not a PNG or JPEG image") from None
     except (UnidentifiedImageError, OSError, SyntaxError) as err:
         raise ValueError(f"{path}: not a PNG or JPEG image ({err})") from err
     return payload
+
+
+def _refusal(err: Exception) -> str:
+    """The model's reason for refusing an image: its assertion message, one line."""
+    found = re.search(r"(image refused: [^\]\n]*)", str(err))
+    return found.group(1) if found else str(err).strip().splitlines()[0]
 
 
 class Classifier:
@@ -60,6 +77,21 @@ class Classifier:
     def probabilities(self, encoded_images: list[bytes]):
         outputs = self._serve(images=self._tf.constant(encoded_images))
         return outputs["probabilities"].numpy()
+
+    def classify_each(self, encoded_images: list[bytes]) -> list:
+        """Per image, its probabilities or (a str) the reason the model refused it. One
+        refused image fails the whole batch, so then every image is served alone."""
+        try:
+            return list(self.probabilities(encoded_images))
+        except self._tf.errors.InvalidArgumentError:
+            pass
+        results = []
+        for encoded in encoded_images:
+            try:
+                results.append(self.probabilities([encoded])[0])
+            except self._tf.errors.InvalidArgumentError as err:
+                results.append(_refusal(err))
+        return results
 
 
 def _encode_png(image) -> bytes:
@@ -132,8 +164,12 @@ def main(args: argparse.Namespace) -> int:
             failed += 1
             print(f"error: {err}", file=sys.stderr)
     if valid:
-        probabilities = classifier.probabilities([payload for _, payload in valid])
-        for (path, _), row in zip(valid, probabilities):
+        results = classifier.classify_each([payload for _, payload in valid])
+        for (path, _), row in zip(valid, results):
+            if isinstance(row, str):
+                failed += 1
+                print(f"error: {path}: {row}", file=sys.stderr)
+                continue
             top = row.argsort()[::-1][:args.top]
             if args.json:
                 print(json.dumps({"file": path, "top": [

@@ -140,8 +140,7 @@ def test_corrupt_archive_fails_cleanly_and_registers_nothing(tiny_archive, tmp_p
     assert done.returncode == 2
     assert f"error: {broken}: corrupt or truncated archive" in done.stderr
     assert "Traceback" not in done.stderr
-    summary = json.loads((tmp_path / "out" / "run_summary.json").read_text())
-    assert summary["record_counts"] == {}
+    assert not (tmp_path / "out").exists()  # refused before anything is written
 
 
 def test_offline_download_names_the_url_and_the_option(tmp_path):
@@ -156,3 +155,14 @@ def test_offline_download_names_the_url_and_the_option(tmp_path):
     assert "could not download http://127.0.0.1:9/c.tar.gz" in done.stderr
     assert "--data" in done.stderr and "Traceback" not in done.stderr
     assert not list(tmp_path.rglob("*.part"))
+
+
+def test_training_progress_is_one_line_per_epoch_when_not_a_terminal(first_run):
+    out, _, done = first_run
+    epochs = [line for line in done.stderr.splitlines() if "Trainer: epoch" in line]
+    assert [line.split("Trainer: epoch ")[1].split(" done in ")[0] for line in epochs] == [
+        "1/3", "2/3", "3/3"]
+    assert all("images/s" in line and "left" in line for line in epochs)
+    assert "\r" not in done.stderr  # live updates only on a terminal
+    [log] = (out / "logs").glob("run-*.log")
+    assert log.read_text().count("Trainer: epoch ") == 3  # the log keeps the lasting lines

@@ -1,8 +1,10 @@
 """Readers of the three CIFAR-10 layouts, the eval carve, and every kind of bad input."""
 
 import gzip
+import io
 import os
 import pickle
+import tarfile
 
 import numpy as np
 import pytest
@@ -152,3 +154,74 @@ def test_fingerprint_changes_when_the_data_changes(tmp_path):
     before = sources.fingerprint(str(archive))
     fx.binary_archive(tmp_path / "c.tar.gz", batches=1, per_class=3)
     assert sources.fingerprint(str(archive)) != before
+
+
+# ---- unsafe archive members: refused by name, whatever the release format ----
+
+def _archive_with(path, batch_name, batch, extra: tarfile.TarInfo):
+    mode = "w:gz" if path.name.endswith(".gz") else "w"
+    with tarfile.open(path, mode) as tar:
+        info = tarfile.TarInfo(batch_name)
+        info.size = len(batch)
+        tar.addfile(info, io.BytesIO(batch))
+        tar.addfile(extra, io.BytesIO(b"x" * extra.size) if extra.isfile() else None)
+    return path
+
+
+def _member(name, kind=tarfile.REGTYPE, link=""):
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    info.size = 1 if kind == tarfile.REGTYPE else 0
+    return info
+
+
+RELEASES = {"binary": ("cifar-10-batches-bin/data_batch_1.bin", fx.binary_batch),
+            "python": ("cifar-10-batches-py/data_batch_1", fx.python_batch)}
+UNSAFE = [
+    (_member("../../../../tmp/evil"), "'..' in its path"),
+    (_member("cifar-10-batches-bin/../../evil"), "'..' in its path"),
+    (_member("/etc/evil"), "absolute path"),
+    (_member("cifar-10-batches-bin/link", tarfile.SYMTYPE, "/etc/passwd"),
+     "link to the absolute path '/etc/passwd'"),
+    (_member("cifar-10-batches-bin/link", tarfile.SYMTYPE, "../../outside"),
+     "link to '../../outside', outside the archive"),
+    (_member("cifar-10-batches-bin/hard", tarfile.LNKTYPE, "../outside"),
+     "link to '../outside', outside the archive"),
+]
+
+
+@pytest.mark.parametrize("suffix", [".tar.gz", ".tar"])
+@pytest.mark.parametrize("release", sorted(RELEASES))
+@pytest.mark.parametrize("member,reason", UNSAFE, ids=[r for _, r in UNSAFE])
+def test_unsafe_member_is_refused_naming_it(tmp_path, suffix, release, member, reason):
+    name, make = RELEASES[release]
+    archive = _archive_with(tmp_path / f"c{suffix}", name, make(fx.balanced_labels(1)), member)
+    with pytest.raises(sources.SourceError) as refused:
+        sources.list_shards(str(archive))
+    assert str(refused.value) == (f"{archive}: unsafe archive member '{member.name}' "
+                                  f"({reason}); refusing the whole archive")
+
+
+def test_link_that_stays_inside_the_archive_is_accepted(tmp_path):
+    name, make = RELEASES["binary"]
+    inside = _member("cifar-10-batches-bin/alias", tarfile.SYMTYPE, "data_batch_1.bin")
+    archive = _archive_with(tmp_path / "c.tar.gz", name, make(fx.balanced_labels(1)), inside)
+    assert [s.member for s in sources.list_shards(str(archive))] == [name]
+
+
+def test_count_records_reads_every_record(tmp_path):
+    archive = fx.binary_archive(tmp_path / "c.tar.gz", batches=2, per_class=3, with_test=True)
+    assert sources.count_records(str(archive)) == {"train": 60, "test": 30}
+
+
+@pytest.mark.parametrize("maker", [fx.binary_archive, fx.python_archive])
+def test_count_records_of_an_archive_checks_every_batch(tmp_path, maker):
+    archive = maker(tmp_path / "c.tar.gz", batches=2, per_class=2, with_test=True)
+    assert sources.count_records(str(archive)) == {"train": 40, "test": 20}
+    payload = bytearray(fx.binary_batch(fx.balanced_labels(1)))
+    payload[3073 * 9] = 200
+    bad = fx.write_tar(tmp_path / "bad.tar.gz", {"b/data_batch_1.bin": fx.binary_batch(
+        fx.balanced_labels(1)), "b/data_batch_2.bin": bytes(payload)})
+    with pytest.raises(sources.SourceError,
+                       match=r"bad\.tar\.gz:b/data_batch_2\.bin: record 9 has label 200"):
+        sources.count_records(str(bad))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import posixpath
 import re
 import tarfile
 import zlib
@@ -20,7 +21,7 @@ from typing import BinaryIO, Iterable, Iterator
 import numpy as np
 
 from components.contract import IMAGE_BYTES, IMAGE_SHAPE, LABEL_NAMES, NUM_CLASSES
-
+from components.progress import progress_logger
 BINARY_RECORD_BYTES = 1 + IMAGE_BYTES
 # The largest official batch file is 30,730,000 bytes; anything far larger is
 # not CIFAR-10 and must not be read into memory.
@@ -121,12 +122,41 @@ def _batch_shards(source: str, names: Iterable[str]) -> list[Shard]:
     return shards
 
 
+def _unsafe(member: tarfile.TarInfo) -> str:
+    """Why extracting `member` could write or point outside the archive's folder ('' if
+    it could not). Nothing here extracts archives, but such a member means the archive
+    is not an official release, and other tools (tar -x) would follow it."""
+    name = member.name.replace("\\", "/")
+    if name.startswith("/") or re.match(r"^[A-Za-z]:", name):
+        return "absolute path"
+    if ".." in name.split("/"):
+        return "'..' in its path"
+    if member.issym() or member.islnk():
+        target = member.linkname.replace("\\", "/")
+        if target.startswith("/") or re.match(r"^[A-Za-z]:", target):
+            return f"link to the absolute path '{member.linkname}'"
+        # a symlink's target is relative to its own folder, a hard link's to the archive root
+        base = posixpath.dirname(name) if member.issym() else ""
+        if posixpath.normpath(posixpath.join(base, target)).split("/")[0] == "..":
+            return f"link to '{member.linkname}', outside the archive"
+    if member.isdev():
+        return "device file"
+    return ""
+
+
 def _archive_members(path: str) -> list[str]:
+    """Names of the archive's regular files; every member's name and link are checked."""
     try:
         with _open_binary(path) as raw, tarfile.open(fileobj=raw, mode="r:*") as tar:
-            return [m.name for m in tar.getmembers() if m.isfile()]
+            members = tar.getmembers()
     except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
         raise SourceError(f"{path}: corrupt or truncated archive ({err})") from err
+    for member in members:
+        reason = _unsafe(member)
+        if reason:
+            raise SourceError(f"{path}: unsafe archive member '{member.name}' ({reason}); "
+                              "refusing the whole archive")
+    return [m.name for m in members if m.isfile()]
 
 
 def _image_folder_shards(root: str, files: list[str]) -> list[Shard]:
@@ -272,10 +302,13 @@ def read_shard(shard: Shard) -> Iterator[Record]:
     if shard.layout == IMAGE_FOLDER:
         label = LABEL_NAMES.index(os.path.basename(shard.member))
         folder = os.path.join(shard.source, shard.member)
+        count = 0
         for rel in _walk_files(folder):
             if rel.lower().endswith(IMAGE_SUFFIXES):
+                count += 1
                 yield Record(os.path.join(shard.member, rel), label,
                              _decode_image(os.path.join(folder, rel)))
+        progress_logger().debug("Cifar10ExampleGen: read %s, %d images", folder, count)
         return
     where, data = _read_member(shard)
     parse = _binary_records if shard.layout == BINARY else _python_records
@@ -283,6 +316,8 @@ def read_shard(shard: Shard) -> Iterator[Record]:
     base = os.path.basename(shard.member)
     for index, (label, image) in enumerate(zip(labels, images)):
         yield Record(f"{base}:{index}", int(label), image.tobytes())
+    progress_logger().debug("Cifar10ExampleGen: read %s, %d records (%s split)", where,
+                            len(labels), shard.split)
 
 
 class EvalCarver:
@@ -318,6 +353,44 @@ def split_records(shard: Shard, has_test_split: bool,
         rank = seen_per_class[record.label]
         seen_per_class[record.label] += 1
         yield ("eval" if carver.is_eval(rank) else "train"), record
+
+
+def _archive_batches(path: str, members: set[str]) -> Iterator[tuple[str, bytes]]:
+    """(member name, bytes) of the named members, in one pass over the archive: a
+    gzipped tar cannot seek, so reading batch files one by one decompresses it again
+    for each (15 batch files' worth for the 5 of the official archive)."""
+    try:
+        with _open_binary(path) as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:
+            for member in tar:
+                if member.name not in members:
+                    continue
+                if member.size > MAX_MEMBER_BYTES:
+                    raise SourceError(f"{path}:{member.name}: {member.size} bytes is too large "
+                                      "for a batch file")
+                handle = tar.extractfile(member)
+                yield member.name, handle.read() if handle else b""
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
+        raise SourceError(f"{path}: corrupt or truncated archive ({err})") from err
+
+
+def count_records(source: str) -> dict[str, int]:
+    """Reads and checks every record of the source once (layout, batch files, record
+    sizes, labels, pickles, archive members); the record count per source split.
+
+    Pure numpy, no TensorFlow: the CLI runs it before it imports TFX, so bad input is
+    refused in seconds."""
+    shards = list_shards(source)
+    counts = {TRAIN: 0, TEST: 0}
+    if not _is_archive(source):
+        for shard in shards:
+            counts[shard.split] += sum(1 for _ in read_shard(shard))
+        return counts
+    by_member = {shard.member: shard for shard in shards}
+    for name, data in _archive_batches(source, set(by_member)):
+        shard = by_member[name]
+        parse = _binary_records if shard.layout == BINARY else _python_records
+        counts[shard.split] += len(parse(f"{source}:{name}", data)[0])
+    return counts
 
 
 def load_arrays(source: str, eval_fraction: float = 0.1) -> dict[str, tuple[np.ndarray, np.ndarray]]:

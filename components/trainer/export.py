@@ -1,6 +1,8 @@
 """Export for serving: a plain TF SavedModel (no Keras needed to load it) with
 
-- `serving_default`: encoded PNG/JPEG bytes, tf.string [None] -> probabilities, classes;
+- `serving_default`: encoded PNG/JPEG/GIF/BMP bytes, tf.string [None] -> probabilities,
+  classes; an image whose header claims more than `max_image_pixels` (default
+  `image_header.MAX_IMAGE_PIXELS`, 4096 x 4096) is refused before it is decoded;
 - `serving_examples`: serialized tf.Examples, tf.string [None] -> the same outputs (TFMA).
 
 Decoding, resizing, normalisation and test-time augmentation (the average of the
@@ -14,6 +16,7 @@ from __future__ import annotations
 from components.contract import (CLASSES_KEY, EXAMPLES_INPUT, EXAMPLES_SIGNATURE, IMAGE_SIZE,
                                  IMAGES_INPUT, IMAGES_SIGNATURE, LABEL_NAMES, PROBABILITIES_KEY)
 from components.trainer import data
+from components.trainer.image_header import MAX_IMAGE_PIXELS, check_pixel_limit
 from components.trainer.keras import keras, tf
 
 
@@ -30,10 +33,12 @@ def float32_copy(trained: keras.Model, build_fn) -> keras.Model:
 
 
 class ServingModule(tf.Module):
-    def __init__(self, network: keras.Model, test_time_flip: bool = True):
+    def __init__(self, network: keras.Model, test_time_flip: bool = True,
+                 max_image_pixels: int = MAX_IMAGE_PIXELS):
         super().__init__()
         self.network = network
         self.test_time_flip = test_time_flip
+        self.max_image_pixels = max_image_pixels
         self.label_names = tf.constant(LABEL_NAMES)
 
     def _outputs(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -49,7 +54,8 @@ class ServingModule(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=IMAGES_INPUT)])
     def serve_images(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         def decode(encoded: tf.Tensor) -> tf.Tensor:
-            image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+            with tf.control_dependencies([check_pixel_limit(encoded, self.max_image_pixels)]):
+                image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
             image = tf.image.resize(image, [IMAGE_SIZE, IMAGE_SIZE], antialias=True)
             return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
 
@@ -61,8 +67,9 @@ class ServingModule(tf.Module):
         return self._outputs(data.decode_images(examples))
 
 
-def export_serving_model(network: keras.Model, export_dir: str) -> None:
-    module = ServingModule(network)
+def export_serving_model(network: keras.Model, export_dir: str,
+                         max_image_pixels: int = MAX_IMAGE_PIXELS) -> None:
+    module = ServingModule(network, max_image_pixels=max_image_pixels)
     tf.saved_model.save(module, export_dir, signatures={
         IMAGES_SIGNATURE: module.serve_images.get_concrete_function(),
         EXAMPLES_SIGNATURE: module.serve_examples.get_concrete_function(),

@@ -34,6 +34,9 @@ class TrainingSummary:
     global_batch_size: int
     epochs: int
     resumed_from_epoch: int  # epochs restored from a checkpoint of an earlier attempt
+    # Unreadable checkpoints skipped on the way there: {"skipped": [{"checkpoint", "error"}],
+    # "resumed_from_epoch": N}, or None when none was skipped.
+    checkpoint_fallback: dict[str, Any] | None
     learning_rate: float
     precision: str  # the Keras mixed-precision policy trained with
     precision_reason: str  # what decided it (components/trainer/hardware.py)
