@@ -167,3 +167,20 @@ def test_keras_3_is_refused_loudly():
                           timeout=300)
     assert done.returncode != 0
     assert "tf.keras is Keras 3" in done.stderr
+
+
+def test_process_settings_are_put_back_after_a_run():
+    import random
+
+    from components.trainer import train
+    from components.trainer.keras import keras
+
+    before = (keras.mixed_precision.global_policy().name, random.getstate(),
+              np.random.get_state()[1].tolist())
+    with train.process_settings("mixed_bfloat16", seed=7):
+        assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
+        random.random()
+        np.random.random()
+    after = (keras.mixed_precision.global_policy().name, random.getstate(),
+             np.random.get_state()[1].tolist())
+    assert after == before

@@ -16,20 +16,20 @@ from components.trainer.keras import tf
 RUN_TRAINER = textwrap.dedent("""
     import json, sys
     from tfx.components.trainer.fn_args_utils import FnArgs
-    from components.trainer import run
+    from components.trainer import run, train
     root, execution, die_after = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
     class Preempted(Exception):
         pass
 
-    class DieAfter(run.EpochHistory):
+    class DieAfter(train.EpochHistory):
         def on_epoch_end(self, epoch, logs=None):
             super().on_epoch_end(epoch, logs)
             if epoch + 1 == die_after:
                 raise Preempted(f"preempted after epoch {die_after}")
 
     if die_after:
-        run.EpochHistory = DieAfter
+        train.EpochHistory = DieAfter
     config = {"training": {"strategy": "default", "per_replica_batch_size": 20, "epochs": 3,
                            "precision": "float32"},
               "checkpoint_root": root + "/pipeline/checkpoints"}

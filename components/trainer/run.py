@@ -1,282 +1,59 @@
-"""TFX Trainer entry point: `run_fn` adapts FnArgs to the model, data, strategy
-and export modules and records what happened for the run summary."""
+"""TFX Trainer entry point: `run_fn` adapts FnArgs to the training plan and loop
+(`train.py`), the export (`export.py`) and the training summary, and leaves no
+process-wide setting changed behind it."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
-from logging import DEBUG
 
 from absl import logging
 from tfx.components.trainer.fn_args_utils import FnArgs
 
-from components.contract import HISTORY_FILE, TRAINING_SUMMARY_FILE
-from components.progress import duration, progress_logger
-from components.trainer import data, export, flops, model, tpu_runtime
-from components.trainer import strategy as strategies
+from components.contract import TRAINING_SUMMARY_FILE
+from components.trainer import data, export, flops, train
+from components.trainer.callbacks import checkpoint_dir
 from components.trainer.config import CHECKPOINT_ROOT_KEY, TrainingConfig
+from components.trainer.keras import tf
 from components.trainer.training_summary import TrainingSummary
-from components.trainer.keras import keras, tf
-
-TPU_PER_REPLICA_BATCH = 128  # fills the TPU's 128x128 matrix unit, as in the classic recipe
-
-
-class EpochCheckpoints(keras.callbacks.Callback):
-    """Saves model and optimizer after every epoch; `restore_latest` resumes from them.
-
-    Restoring explicitly (rather than with keras' BackupAndRestore) gives the epoch to
-    pass as `initial_epoch` and to report as `resumed_from_epoch`; a save takes about
-    0.05 s here. The newest checkpoints are kept (`KEEP`), so that when the newest
-    cannot be read (a disk that filled up, a bad block) an older one resumes the run.
-    """
-
-    KEEP = 3
-
-    def __init__(self, network: keras.Model, directory: str):
-        super().__init__()
-        self.checkpoint = tf.train.Checkpoint(model=network, optimizer=network.optimizer)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
-                                                  max_to_keep=self.KEEP)
-        self.skipped: list[dict[str, str]] = []  # unreadable checkpoints, newest first
-
-    def restore_latest(self) -> int:
-        """The number of epochs already done (0 when no checkpoint can be read).
-
-        Every tensor of a checkpoint is read before anything is restored from it, so an
-        unreadable one is skipped whole and never leaves the model half-restored."""
-        for path in reversed(self.manager.checkpoints):
-            try:
-                reader = tf.train.load_checkpoint(path)
-                for name in reader.get_variable_to_shape_map():
-                    reader.get_tensor(name)
-                self.checkpoint.restore(path)
-            except (tf.errors.OpError, ValueError, IndexError, OSError) as err:
-                reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
-                self.skipped.append({"checkpoint": os.path.basename(path),
-                                     "error": f"{type(err).__name__}: {reason}"[:300]})
-                logging.warning("Checkpoint %s is unreadable (%s); trying an older one",
-                                path, self.skipped[-1]["error"])
-                continue
-            logging.info("Resuming from %s", path)
-            return int(path.rsplit("-", 1)[-1])
-        if self.skipped:
-            logging.warning("No readable checkpoint in %s; training starts over",
-                            self.manager.directory)
-        return 0
-
-    def fallback(self, resumed_from_epoch: int) -> dict | None:
-        """For the training summary: what was skipped and where training resumed."""
-        if not self.skipped:
-            return None
-        return {"skipped": self.skipped, "resumed_from_epoch": resumed_from_epoch}
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.manager.save(checkpoint_number=epoch + 1)
-
-
-class TrainingProgress(keras.callbacks.Callback):
-    """Steps done, images/s and time left: live (DEBUG, about once a second) for an
-    interactive console, and one lasting line per epoch (INFO) for logs."""
-
-    def __init__(self, global_batch: int, interval_seconds: float = 1.0):
-        super().__init__()
-        self.global_batch = global_batch
-        self.interval_seconds = interval_seconds
-        self._log = progress_logger()
-        self._epoch_seconds: list[float] = []
-        self._started = self._shown = 0.0
-        self._epoch = 0
-
-    def _left(self, seconds_this_epoch_left: float) -> float:
-        epochs_after = self.params["epochs"] - self._epoch - 1
-        per_epoch = (sum(self._epoch_seconds) / len(self._epoch_seconds)
-                     if self._epoch_seconds else time.time() - self._started
-                     + seconds_this_epoch_left)
-        return seconds_this_epoch_left + epochs_after * per_epoch
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch, self._started = epoch, time.time()
-        self._shown = self._started
-
-    def on_train_batch_end(self, batch, logs=None):
-        now = time.time()
-        if now - self._shown < self.interval_seconds or not self._log.isEnabledFor(DEBUG):
-            return
-        self._shown = now
-        steps, done, elapsed = self.params["steps"], batch + 1, now - self._started
-        self._log.debug("Trainer: epoch %d/%d, step %d/%d, %.0f images/s, %s left",
-                        self._epoch + 1, self.params["epochs"], done, steps,
-                        done * self.global_batch / elapsed,
-                        duration(self._left(elapsed / done * (steps - done))))
-
-    def on_epoch_end(self, epoch, logs=None):
-        seconds = time.time() - self._started
-        self._epoch_seconds.append(seconds)
-        metrics = ", ".join(f"{name} {float(value):.4f}" for name, value in (logs or {}).items()
-                            if name in ("loss", "accuracy", "val_accuracy"))
-        self._log.info("Trainer: epoch %d/%d done in %.1fs, %.0f images/s, %s, %s left",
-                       epoch + 1, self.params["epochs"], seconds,
-                       self.params["steps"] * self.global_batch / seconds, metrics,
-                       duration(self._left(0.0)))
-
-
-class EpochHistory(keras.callbacks.Callback):
-    """Writes loss, accuracy, learning rate and seconds per epoch after every epoch,
-    to the model run folder and beside the checkpoints (so a resumed run continues
-    the same history), and the same scalars for TensorBoard."""
-
-    def __init__(self, paths: list[str], initial: list[dict] | None = None,
-                 tensorboard_dir: str = ""):
-        super().__init__()
-        self.paths = paths
-        self.epochs: list[dict] = list(initial or [])
-        self._started = 0.0
-        self._writer = tf.summary.create_file_writer(tensorboard_dir) if tensorboard_dir else None
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._started = time.time()
-
-    def on_epoch_end(self, epoch, logs=None):
-        entry = {"epoch": epoch + 1, "seconds": round(time.time() - self._started, 2)}
-        entry.update({k: float(v) for k, v in (logs or {}).items()})
-        learning_rate = self.model.optimizer.learning_rate
-        if callable(learning_rate):
-            learning_rate = learning_rate(self.model.optimizer.iterations)
-        entry["learning_rate"] = float(keras.backend.get_value(learning_rate))
-        self.epochs = [e for e in self.epochs if e["epoch"] < entry["epoch"]] + [entry]
-        if self._writer is not None:
-            with self._writer.as_default():
-                for name, value in entry.items():
-                    if name != "epoch":
-                        tf.summary.scalar(name, value, step=entry["epoch"])
-            self._writer.flush()
-        for path in self.paths:
-            tf.io.gfile.makedirs(os.path.dirname(path))
-            with tf.io.gfile.GFile(path, "w") as handle:
-                json.dump(self.epochs, handle, indent=1)
-
-
-def checkpoint_dir(checkpoint_root: str, model_run_dir: str, train_files: list[str],
-                   config: TrainingConfig) -> str:
-    """A folder that survives a killed or retried run: the same inputs and config give the
-    same folder in the next execution, so training resumes instead of restarting.
-
-    Under `checkpoint_root` when the pipeline gives one; else beside the model run folders
-    (`<trainer>/model_run/<id>` -> `<trainer>/checkpoints`).
-    """
-    key = hashlib.sha256(json.dumps([sorted(train_files), config.to_custom_config()],
-                                    sort_keys=True).encode()).hexdigest()[:16]
-    root = checkpoint_root or os.path.join(
-        os.path.dirname(os.path.dirname(model_run_dir.rstrip("/"))), "checkpoints")
-    return os.path.join(root.rstrip("/"), key)
-
-
-def _read_history(path: str) -> list[dict]:
-    if not tf.io.gfile.exists(path):
-        return []
-    with tf.io.gfile.GFile(path) as handle:
-        return json.load(handle)
 
 
 def run_fn(fn_args: FnArgs) -> None:
     started = time.time()
     config = TrainingConfig.from_trainer_custom_config(fn_args.custom_config)
-    if config.cpu_replicas > 1:
-        strategies.configure_cpu_replicas(config.cpu_replicas)
-    strategy = strategies.create_strategy(config.strategy, config.tpu, config.cpu_replicas)
-    kind = strategies.strategy_kind(strategy)
-    tpu_runtime.check_single_host(kind, tpu_runtime.input_hosts(strategy))
-    replicas = strategy.num_replicas_in_sync
-    recipe = model.RECIPES[config.model]
-    per_replica = config.per_replica_batch_size or (
-        TPU_PER_REPLICA_BATCH if kind == "tpu" else recipe.per_replica_batch_size)
-    global_batch = per_replica * replicas
-    epochs = config.epochs or recipe.epochs
-    precision = strategies.choose_precision(config.precision, strategy)
-    policy = precision.policy
-    logging.info("Precision %s: %s", policy, precision.reason)
-    keras.mixed_precision.set_global_policy(policy)
-    tf.keras.utils.set_random_seed(config.seed)
-
-    train_images, train_labels = data.load_split(fn_args.train_files)
-    eval_images, eval_labels = data.load_split(fn_args.eval_files)
-    load_seconds = time.time() - started
-    steps_per_epoch = int(train_images.shape[0]) // global_batch
-    if steps_per_epoch == 0:
-        raise ValueError(f"{int(train_images.shape[0])} training images are fewer than one "
-                         f"global batch of {global_batch}; lower --per-replica-batch-size")
-    learning_rate = model.scaled_learning_rate(recipe, global_batch, config.learning_rate)
-    logging.info("Training %s: %s strategy, %d replica(s), global batch %d (%d per replica), "
-                 "%d epochs, learning rate %g, %s", config.model, kind, replicas, global_batch,
-                 per_replica, epochs, learning_rate, policy)
-
-    whitening_sample = train_images[:5000].numpy()
-
-    def build() -> keras.Model:
-        return model.build(config.model, whitening_sample)
-
-    with strategy.scope():
-        network = build()
-        model.compile_model(network, recipe, learning_rate, steps_per_epoch, epochs,
-                            tpu_runtime.steps_per_execution(kind, steps_per_epoch))
-
-    backup_dir = checkpoint_dir((fn_args.custom_config or {}).get(CHECKPOINT_ROOT_KEY, ""),
-                                fn_args.model_run_dir, fn_args.train_files, config)
-    checkpoints = EpochCheckpoints(network, backup_dir)
-    resumed_from = checkpoints.restore_latest()
-    previous_history = [e for e in _read_history(os.path.join(backup_dir, HISTORY_FILE))
-                        if e["epoch"] <= resumed_from]
-    history = EpochHistory([os.path.join(fn_args.model_run_dir, HISTORY_FILE),
-                            os.path.join(backup_dir, HISTORY_FILE)], previous_history,
-                           tensorboard_dir=os.path.join(fn_args.model_run_dir, "logs"))
-    fit_started = time.time()
-    network.fit(
-        data.training_dataset(train_images, train_labels, global_batch, seed=config.seed),
-        epochs=epochs,
-        initial_epoch=resumed_from,
-        validation_data=data.evaluation_dataset(eval_images, eval_labels, global_batch),
-        # Checkpoint first: the history beside the checkpoints never lists an epoch that a
-        # killed run could not resume from.
-        callbacks=[checkpoints, history, TrainingProgress(global_batch)],
-        verbose=0,  # TrainingProgress reports, to the log and the console
-    )
-    fit_seconds = time.time() - fit_started
-
-    export_started = time.time()
-    serving_network = export.float32_copy(network, build)
-    export.export_serving_model(serving_network, fn_args.serving_model_dir)
-    export_seconds = time.time() - export_started
+    run = train.plan(config)
+    with train.process_settings(run.precision.policy, config.seed):
+        split = {"train": data.load_split(fn_args.train_files),
+                 "eval": data.load_split(fn_args.eval_files)}
+        load_seconds = time.time() - started
+        backup_dir = checkpoint_dir((fn_args.custom_config or {}).get(CHECKPOINT_ROOT_KEY, ""),
+                                    fn_args.model_run_dir, fn_args.train_files, config)
+        fitted = train.fit(run, split, backup_dir, fn_args.model_run_dir)
+        export_started = time.time()
+        serving_network = export.float32_copy(fitted.network, fitted.build)
+        export.export_serving_model(serving_network, fn_args.serving_model_dir)
+        export_seconds = time.time() - export_started
     tf.io.gfile.rmtree(backup_dir)  # the model is exported: nothing left to resume
-    final = history.epochs[-1] if history.epochs else {}
     forward_flops = flops.forward_flops_per_image(serving_network)
-    images_seen = epochs * steps_per_epoch * global_batch
+    images_seen = run.epochs * fitted.steps_per_epoch * run.global_batch_size
     summary = TrainingSummary(
-        model=config.model,
-        strategy=kind,
-        replicas=replicas,
-        per_replica_batch_size=per_replica,
-        global_batch_size=global_batch,
-        epochs=epochs,
-        resumed_from_epoch=resumed_from,
-        checkpoint_fallback=checkpoints.fallback(resumed_from),
-        learning_rate=learning_rate,
-        precision=policy,
-        precision_reason=precision.reason,
-        hardware=precision.hardware.to_json(),
-        train_records=int(train_images.shape[0]),
-        eval_records=int(eval_images.shape[0]),
-        forward_flops_per_image=forward_flops,
+        model=config.model, strategy=run.kind, replicas=run.replicas,
+        per_replica_batch_size=run.per_replica_batch_size,
+        global_batch_size=run.global_batch_size, epochs=run.epochs,
+        resumed_from_epoch=fitted.resumed_from_epoch,
+        checkpoint_fallback=fitted.checkpoint_fallback, learning_rate=fitted.learning_rate,
+        precision=run.precision.policy, precision_reason=run.precision.reason,
+        hardware=run.precision.hardware.to_json(),
+        train_records=int(split["train"][0].shape[0]),
+        eval_records=int(split["eval"][0].shape[0]), forward_flops_per_image=forward_flops,
         training_images_seen=images_seen,
         training_flops=flops.training_flops(forward_flops, images_seen),
-        load_seconds=round(load_seconds, 1),
-        fit_seconds=round(fit_seconds, 1),
+        load_seconds=round(load_seconds, 1), fit_seconds=round(fitted.fit_seconds, 1),
         export_seconds=round(export_seconds, 1),
         trainer_seconds=round(time.time() - started, 1),
-        final_eval_accuracy_without_tta=final.get("val_accuracy"),
-    )
+        final_eval_accuracy_without_tta=(fitted.history[-1].get("val_accuracy")
+                                         if fitted.history else None))
     with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, TRAINING_SUMMARY_FILE), "w") as f:
         json.dump(summary.to_json(), f, indent=1)
     logging.info("Training summary: %s", summary)
-
