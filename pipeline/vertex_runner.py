@@ -86,6 +86,11 @@ def vertex_config(*, project: str, region: str, pipeline_root: str, image: str, 
         beam_args = _dataflow_args(project, dataflow_region, dataflow_temp_location, image,
                                    service_account, beam_args)
     root = pipeline_root.rstrip("/")
+    if training.strategy not in ("auto", "tpu"):
+        raise ValueError(f"--strategy {training.strategy} cannot run on the Vertex Cloud TPU "
+                         "worker pool; leave --strategy at auto (or pass tpu)")
+    if training.cpu_replicas:
+        raise ValueError("--cpu-replicas splits a local CPU; it has no meaning on a Cloud TPU")
     tpu_training = TrainingConfig(**{**training.to_custom_config(), "strategy": "tpu",
                                      "tpu": training.tpu or "local"})
     return PipelineConfig(

@@ -291,3 +291,19 @@ def test_submit_without_credentials_is_one_clear_line(compiled, tmp_path, monkey
     assert cli.main(["submit", str(path), "--project", "proj-x", "--region", "us-central1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: no Google Cloud credentials found") and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--strategy", "mirrored"], "--strategy mirrored cannot run on the Vertex Cloud TPU"),
+    (["--cpu-replicas", "8"], "--cpu-replicas splits a local CPU"),
+])
+def test_compile_refuses_training_settings_a_tpu_cannot_honour(flags, message, tmp_path, capsys):
+    from pipeline import cli
+
+    status = cli.main(["compile", "--project", "p", "--region", "us-central1",
+                       "--pipeline-root", "gs://b/root", "--image", "img",
+                       "--data", "gs://b/data.tar.gz", "--output", str(tmp_path / "p.yaml"),
+                       *flags])
+    assert status == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "p.yaml").exists()
