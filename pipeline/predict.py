@@ -11,8 +11,7 @@ import sys
 import warnings
 from pathlib import Path
 
-os.environ["CUDA_VISIBLE_DEVICES"] = ""  # serving is CPU-only by design
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from pipeline import exit_status
 
 ACCEPTED_FORMATS = ("PNG", "JPEG")
 _ACCEPTED_SIGNATURES = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff")
@@ -123,6 +122,8 @@ def _eval_images(args: argparse.Namespace):
 
 
 def main(args: argparse.Namespace) -> int:
+    """Serving is CPU-only by design: hide GPUs before TensorFlow starts in this process."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
     from components.cifar10_example_gen.sources import SourceError
     from components.contract import LABEL_NAMES
     from pipeline import data_source
@@ -131,7 +132,7 @@ def main(args: argparse.Namespace) -> int:
         classifier = Classifier(newest_version(args.model_dir))
     except ModelNotFoundError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return exit_status.BAD_INPUT
     print(f"Model: {classifier.version_dir}", file=sys.stderr)
 
     if args.samples:
@@ -139,7 +140,7 @@ def main(args: argparse.Namespace) -> int:
             images, labels = _eval_images(args)
         except (SourceError, data_source.DataSourceError, FileNotFoundError) as err:
             print(f"error: {err}", file=sys.stderr)
-            return 2
+            return exit_status.BAD_INPUT
         chosen = list(range(0, len(labels), max(1, len(labels) // args.samples)))[:args.samples]
         probabilities = classifier.probabilities([_encode_png(images[i]) for i in chosen])
         correct = 0
@@ -150,11 +151,11 @@ def main(args: argparse.Namespace) -> int:
             print(f"{mark} eval #{index:<5} true {truth:<10} predicted {predicted:<10} "
                   f"({100 * row.max():.1f}%)")
         print(f"{correct}/{len(chosen)} correct")
-        return 0
+        return exit_status.OK
 
     if not args.images:
         print("error: give one or more IMAGE files, or --samples N", file=sys.stderr)
-        return 2
+        return exit_status.BAD_INPUT
     valid: list[tuple[str, bytes]] = []
     failed = 0
     for path in args.images:
@@ -176,4 +177,4 @@ def main(args: argparse.Namespace) -> int:
                     {"class": LABEL_NAMES[i], "probability": round(float(row[i]), 4)} for i in top]}))
             else:
                 print(f"{path}: " + ", ".join(f"{LABEL_NAMES[i]} {100 * row[i]:.1f}%" for i in top))
-    return 2 if failed else 0
+    return exit_status.BAD_INPUT if failed else exit_status.OK
