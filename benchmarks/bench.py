@@ -30,11 +30,16 @@ import numpy as np
 from components.cifar10_example_gen import sources
 from components.cifar10_example_gen.executor import to_example
 from components.cifar10_example_gen.sources import load_arrays
+from components.contract import (
+    EXAMPLE_GEN_NODE,
+    EXAMPLE_VALIDATOR_NODE,
+    SCHEMA_NODE,
+    STATISTICS_NODE,
+    VALIDATION_GATE_NODE,
+)
 from components.trainer import flops, model
 from components.trainer.hardware import decide_precision, detect
 from components.trainer.keras import keras, tf
-from components.contract import (EXAMPLE_GEN_NODE, EXAMPLE_VALIDATOR_NODE, SCHEMA_NODE,
-                                 STATISTICS_NODE, VALIDATION_GATE_NODE)
 from pipeline import data_source
 from pipeline.summary import RunSummary
 
@@ -54,10 +59,13 @@ def classic_recipe(arrays, epochs: int) -> dict:
         net.fit(x_train, y_train, batch_size=1024, epochs=1, verbose=0, shuffle=True)
         seconds.append(time.time() - started)
     accuracy = float(np.mean(net.predict(x_eval, batch_size=1024, verbose=0).argmax(1) == y_eval))
-    return {"epochs": epochs, "seconds_per_epoch": seconds,
-            "median_seconds_per_epoch": float(np.median(seconds)),
-            "eval_accuracy": accuracy,
-            "projected_full_run_seconds": float(np.median(seconds)) * CLASSIC_FULL_EPOCHS}
+    return {
+        "epochs": epochs,
+        "seconds_per_epoch": seconds,
+        "median_seconds_per_epoch": float(np.median(seconds)),
+        "eval_accuracy": accuracy,
+        "projected_full_run_seconds": float(np.median(seconds)) * CLASSIC_FULL_EPOCHS,
+    }
 
 
 # Settings of the throughput probe: name -> (arguments of benchmarks.throughput, environment).
@@ -73,7 +81,9 @@ PROBE_SETTINGS: dict[str, tuple[list[str], dict[str, str]]] = {
     "threads: intra-op 1, inter-op 1": (["--intra-op-threads", "1", "--inter-op-threads", "1"], {}),
     "threads: intra-op 2, inter-op 1": (["--intra-op-threads", "2", "--inter-op-threads", "1"], {}),
     "threads: intra-op 4, inter-op 4 (oversubscribed)": (
-        ["--intra-op-threads", "4", "--inter-op-threads", "4"], {}),
+        ["--intra-op-threads", "4", "--inter-op-threads", "4"],
+        {},
+    ),
     "oneDNN off (TF_ENABLE_ONEDNN_OPTS=0)": ([], {"TF_ENABLE_ONEDNN_OPTS": "0"}),
     "XLA (jit_compile=True)": (["--xla"], {}),
 }
@@ -101,9 +111,22 @@ def throughput_probe(arrays, folder: Path, steps: int, rounds: int) -> dict:
         for name, (extra, env) in PROBE_SETTINGS.items():
             print(f"    round {round_number + 1}/{rounds}: {name}", flush=True)
             done = subprocess.run(
-                [sys.executable, "-m", "benchmarks.throughput", "--arrays", str(npz),
-                 "--tfrecords", str(records), "--steps", str(steps), *extra],
-                capture_output=True, text=True, env={**os.environ, **env})
+                [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.throughput",
+                    "--arrays",
+                    str(npz),
+                    "--tfrecords",
+                    str(records),
+                    "--steps",
+                    str(steps),
+                    *extra,
+                ],
+                capture_output=True,
+                text=True,
+                env={**os.environ, **env},
+            )
             if done.returncode != 0:
                 raise RuntimeError(f"throughput probe '{name}' failed:\n{done.stderr[-2000:]}")
             runs[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -113,9 +136,11 @@ def throughput_probe(arrays, folder: Path, steps: int, rounds: int) -> dict:
     for name, measured in runs.items():
         rate = float(np.median([r["images_per_second"] for r in measured]))
         settings[name] = {
-            "images_per_second": rate, "relative_to_default": rate / baseline,
+            "images_per_second": rate,
+            "relative_to_default": rate / baseline,
             "first_step_seconds": float(np.median([r["first_step_seconds"] for r in measured])),
-            "runs": measured}
+            "runs": measured,
+        }
     return {"steps": steps, "rounds": rounds, "settings": settings}
 
 
@@ -124,36 +149,67 @@ def machine_peak(rounds: int) -> dict:
     precision `auto` picks here, and the default model's training FLOPs per image."""
     runs = []
     for _ in range(rounds):
-        done = subprocess.run([sys.executable, "-m", "benchmarks.peak"], capture_output=True,
-                              text=True, check=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.peak"], capture_output=True, text=True, check=True
+        )
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     hardware = detect("cpu")
     forward = flops.forward_flops_per_image(model.build("airbench"))
-    return {"precision": runs[0]["precision"], "hardware": hardware.to_json(),
-            "precision_reason": decide_precision("auto", hardware).reason,
-            "conv3x3_gflops": max(r["conv3x3_gflops"] for r in runs),
-            "matmul_gflops": max(r["matmul_gflops"] for r in runs),
-            "training_flops_per_image": flops.training_flops(forward, 1), "runs": runs}
+    return {
+        "precision": runs[0]["precision"],
+        "hardware": hardware.to_json(),
+        "precision_reason": decide_precision("auto", hardware).reason,
+        "conv3x3_gflops": max(r["conv3x3_gflops"] for r in runs),
+        "matmul_gflops": max(r["matmul_gflops"] for r in runs),
+        "training_flops_per_image": flops.training_flops(forward, 1),
+        "runs": runs,
+    }
 
 
 def pipeline_run(source: str, output_dir: Path, extra: list[str]) -> dict:
     started = time.time()
-    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--data", source,
-                           "--output-dir", str(output_dir), "--no-cache", *extra],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.cli",
+            "run",
+            "--data",
+            source,
+            "--output-dir",
+            str(output_dir),
+            "--no-cache",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+    )
     wall = time.time() - started
     summary = RunSummary.load(output_dir)
-    return {"summary": summary.to_json(), "wall_seconds": wall, "exit_status": done.returncode,
-            "time_to_80_seconds": time_to_accuracy(summary, 0.80)}
+    return {
+        "summary": summary.to_json(),
+        "wall_seconds": wall,
+        "exit_status": done.returncode,
+        "time_to_80_seconds": time_to_accuracy(summary, 0.80),
+    }
 
 
 def time_to_accuracy(summary: RunSummary, target: float) -> float | None:
     """Seconds from the start of the pipeline run until the end of the first epoch whose
     eval accuracy (without test-time flip) reached `target`: the stages before the
     Trainer, the Trainer's loading and model building, then the epochs."""
-    before_trainer = sum(v for k, v in summary.stage_seconds.items()
-                         if k in (EXAMPLE_GEN_NODE, SCHEMA_NODE, STATISTICS_NODE,
-                                  EXAMPLE_VALIDATOR_NODE, VALIDATION_GATE_NODE))
+    before_trainer = sum(
+        v
+        for k, v in summary.stage_seconds.items()
+        if k
+        in (
+            EXAMPLE_GEN_NODE,
+            SCHEMA_NODE,
+            STATISTICS_NODE,
+            EXAMPLE_VALIDATOR_NODE,
+            VALIDATION_GATE_NODE,
+        )
+    )
     training = summary.training
     if training is None:
         return None
@@ -167,8 +223,9 @@ def time_to_accuracy(summary: RunSummary, target: float) -> float | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--data", help="CIFAR-10 source (default as for `run`)")
     parser.add_argument("--classic-epochs", type=int, default=3)
     parser.add_argument("--probe-steps", type=int, default=12)
@@ -194,18 +251,31 @@ def main() -> None:
         if pushed is not None and pushed.pushed:
             print("(d) serving latency of the pushed model ...", flush=True)
             results["serving"] = subprocess.run(
-                [sys.executable, "-m", "benchmarks.serving_latency", "--model-dir",
-                 str(output_dir / "run" / "serving" / "cifar10")],
-                capture_output=True, text=True).stdout.strip()
+                [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.serving_latency",
+                    "--model-dir",
+                    str(output_dir / "run" / "serving" / "cifar10"),
+                ],
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
     (output_dir / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(render(results))
     print(f"\nraw figures: {output_dir / 'bench.json'}")
 
 
 def _trainer_breakdown(training) -> str:
-    total, load, fit, export = (training.trainer_seconds, training.load_seconds,
-                                training.fit_seconds, training.export_seconds)
-    return f"{total:.1f} = {load:.1f} + {total - load - fit - export:.1f} + {fit:.1f} + {export:.1f}"
+    total, load, fit, export = (
+        training.trainer_seconds,
+        training.load_seconds,
+        training.fit_seconds,
+        training.export_seconds,
+    )
+    return (
+        f"{total:.1f} = {load:.1f} + {total - load - fit - export:.1f} + {fit:.1f} + {export:.1f}"
+    )
 
 
 def _epoch_seconds(summary: RunSummary) -> str:
@@ -218,8 +288,14 @@ def _epoch_seconds(summary: RunSummary) -> str:
 def render(results: dict) -> str:
     classic, probe = results["classic"], results["probe"]
     rows = [
-        ("classic: seconds per epoch (median, 45k images)", f"{classic['median_seconds_per_epoch']:.1f}"),
-        (f"classic: eval accuracy after {classic['epochs']} epochs", f"{classic['eval_accuracy']:.4f}"),
+        (
+            "classic: seconds per epoch (median, 45k images)",
+            f"{classic['median_seconds_per_epoch']:.1f}",
+        ),
+        (
+            f"classic: eval accuracy after {classic['epochs']} epochs",
+            f"{classic['eval_accuracy']:.4f}",
+        ),
         ("classic: projected 50-epoch run (s)", f"{classic['projected_full_run_seconds']:.0f}"),
     ]
     peak = results.get("peak")
@@ -228,20 +304,33 @@ def render(results: dict) -> str:
         effective = default_rate * peak["training_flops_per_image"] / 1e9
         hardware = peak["hardware"]
         rows += [
-            ("machine", f"{hardware['cpu_model']} ({', '.join(hardware['cpu_flags'])}); "
-                        f"precision {peak['precision']}: {peak['precision_reason']}"),
-            (f"machine: TF conv 3x3 / matmul 2048, {peak['precision']} (GFLOP/s)",
-             f"{peak['conv3x3_gflops']:.0f} / {peak['matmul_gflops']:.0f}"),
-            ("default model: effective training GFLOP/s (3 x forward FLOPs x images/s)",
-             f"{effective:.0f} = {peak['training_flops_per_image'] / 1e6:.0f} MFLOP x "
-             f"{default_rate:.0f} img/s"),
-            ("efficiency: effective / conv throughput (goal >= 0.70)",
-             f"{effective / peak['conv3x3_gflops']:.2f}"),
+            (
+                "machine",
+                f"{hardware['cpu_model']} ({', '.join(hardware['cpu_flags'])}); "
+                f"precision {peak['precision']}: {peak['precision_reason']}",
+            ),
+            (
+                f"machine: TF conv 3x3 / matmul 2048, {peak['precision']} (GFLOP/s)",
+                f"{peak['conv3x3_gflops']:.0f} / {peak['matmul_gflops']:.0f}",
+            ),
+            (
+                "default model: effective training GFLOP/s (3 x forward FLOPs x images/s)",
+                f"{effective:.0f} = {peak['training_flops_per_image'] / 1e6:.0f} MFLOP x "
+                f"{default_rate:.0f} img/s",
+            ),
+            (
+                "efficiency: effective / conv throughput (goal >= 0.70)",
+                f"{effective / peak['conv3x3_gflops']:.2f}",
+            ),
         ]
     for name, measured in probe["settings"].items():
-        rows.append((f"probe, {name}: training images/s (x default; first step s)",
-                     f"{measured['images_per_second']:.0f} ({measured['relative_to_default']:.2f}x; "
-                     f"{measured['first_step_seconds']:.1f})"))
+        rows.append(
+            (
+                f"probe, {name}: training images/s (x default; first step s)",
+                f"{measured['images_per_second']:.0f} ({measured['relative_to_default']:.2f}x; "
+                f"{measured['first_step_seconds']:.1f})",
+            )
+        )
     run = results.get("pipeline")
     if run:
         summary = RunSummary.from_json(run["summary"], "bench.json pipeline summary")
@@ -251,26 +340,43 @@ def render(results: dict) -> str:
         ttr = run["time_to_80_seconds"]
         fit = training.fit_seconds if training else 0.0
         rows += [
-            ("pipeline: Trainer = load + build + fit + export (s)",
-             _trainer_breakdown(training) if training else "did not train"),
+            (
+                "pipeline: Trainer = load + build + fit + export (s)",
+                _trainer_breakdown(training) if training else "did not train",
+            ),
             ("pipeline: seconds per epoch (first; median of the rest)", _epoch_seconds(summary)),
-            ("pipeline: seconds inside fit but outside the epochs (pauses)",
-             f"{fit - sum(e['seconds'] for e in summary.history):.1f}"),
-            ("pipeline: overhead, everything but the Trainer's fit (s)",
-             f"{run['wall_seconds'] - fit:.0f}"),
-            ("pipeline: eval accuracy (TFMA, with test-time flip)",
-             f"{evaluation.eval_accuracy if evaluation else None}"),
+            (
+                "pipeline: seconds inside fit but outside the epochs (pauses)",
+                f"{fit - sum(e['seconds'] for e in summary.history):.1f}",
+            ),
+            (
+                "pipeline: overhead, everything but the Trainer's fit (s)",
+                f"{run['wall_seconds'] - fit:.0f}",
+            ),
+            (
+                "pipeline: eval accuracy (TFMA, with test-time flip)",
+                f"{evaluation.eval_accuracy if evaluation else None}",
+            ),
             ("pipeline: blessed / exit status", f"{summary.blessed} / {run['exit_status']}"),
             ("pipeline: total wall seconds", f"{run['wall_seconds']:.0f}"),
             ("pipeline: training FLOPs", f"{training.training_flops:.2e}" if training else "0"),
-            ("pipeline wall time in classic-recipe epochs (goal <= 5)",
-             f"{run['wall_seconds'] / classic['median_seconds_per_epoch']:.1f}"),
-            ("pipeline: time to 80% eval accuracy (s)", "not reached" if ttr is None else f"{ttr:.0f}"),
+            (
+                "pipeline wall time in classic-recipe epochs (goal <= 5)",
+                f"{run['wall_seconds'] / classic['median_seconds_per_epoch']:.1f}",
+            ),
+            (
+                "pipeline: time to 80% eval accuracy (s)",
+                "not reached" if ttr is None else f"{ttr:.0f}",
+            ),
         ]
         if ttr is not None:
-            rows.append(("time-to-80% ratio, pipeline / classic 50-epoch run "
-                         "(classic never reaches 80%: a lower bound)",
-                         f"{ttr / classic['projected_full_run_seconds']:.3f}"))
+            rows.append(
+                (
+                    "time-to-80% ratio, pipeline / classic 50-epoch run "
+                    "(classic never reaches 80%: a lower bound)",
+                    f"{ttr / classic['projected_full_run_seconds']:.3f}",
+                )
+            )
     width = max(len(r[0]) for r in rows)
     table = "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
     return table + (f"\n\nserving (CPU):\n{results['serving']}" if results.get("serving") else "")

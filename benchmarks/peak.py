@@ -31,8 +31,11 @@ def _gflops(run, flops_per_call: float, min_seconds: float) -> float:
 
 
 def measure(precision: str, min_seconds: float) -> dict:
-    dtype = tf.bfloat16 if precision == "mixed_bfloat16" else (
-        tf.float16 if precision == "mixed_float16" else tf.float32)
+    dtype = (
+        tf.bfloat16
+        if precision == "mixed_bfloat16"
+        else (tf.float16 if precision == "mixed_float16" else tf.float32)
+    )
     batch, height, width, channels = CONV_SHAPE
     images = tf.cast(tf.random.normal(CONV_SHAPE), dtype)
     kernel = tf.cast(tf.random.normal([3, 3, channels, channels]), dtype)
@@ -43,14 +46,15 @@ def measure(precision: str, min_seconds: float) -> dict:
     return {
         "precision": precision,
         "conv3x3_gflops": _gflops(lambda: conv().numpy(), conv_flops, min_seconds),
-        "matmul_gflops": _gflops(lambda: matmul().numpy(), 2.0 * MATMUL_SIZE ** 3, min_seconds),
+        "matmul_gflops": _gflops(lambda: matmul().numpy(), 2.0 * MATMUL_SIZE**3, min_seconds),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--precision", default="auto",
-                        help="auto: what the Trainer would choose on this machine")
+    parser.add_argument(
+        "--precision", default="auto", help="auto: what the Trainer would choose on this machine"
+    )
     parser.add_argument("--min-seconds", type=float, default=3.0)
     args = parser.parse_args()
     precision = decide_precision(args.precision, detect("cpu")).policy

@@ -12,15 +12,16 @@ import time
 
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from pipeline.cli import DEFAULT_OUTPUT_DIR  # noqa: E402
-from pipeline.predict import Classifier, _encode_png, newest_version  # noqa: E402
+from pipeline.cli import DEFAULT_OUTPUT_DIR
+from pipeline.predict import Classifier, _encode_png, newest_version
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model-dir", default=str(DEFAULT_OUTPUT_DIR / "serving" / "cifar10"))
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--batch", type=int, default=64)
@@ -32,7 +33,7 @@ def main() -> None:
     pngs = [_encode_png(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)) for _ in range(256)]
     for _ in range(5):  # warm-up: graph tracing and oneDNN kernel selection
         classifier.probabilities(pngs[:1])
-        classifier.probabilities(pngs[:args.batch])
+        classifier.probabilities(pngs[: args.batch])
     single = []
     for i in range(args.requests):
         started = time.perf_counter()
@@ -46,10 +47,14 @@ def main() -> None:
         batched.append(time.perf_counter() - started)
     single_ms = np.array(single) * 1000
     print(f"model: {classifier.version_dir}")
-    print(f"one image   p50 {np.percentile(single_ms, 50):.2f} ms   "
-          f"p99 {np.percentile(single_ms, 99):.2f} ms   ({args.requests} requests)")
-    print(f"batch of {args.batch}: {args.batch / np.median(batched):.0f} images/s "
-          f"(median of {args.batches} batches, {np.median(batched) * 1000:.1f} ms per batch)")
+    print(
+        f"one image   p50 {np.percentile(single_ms, 50):.2f} ms   "
+        f"p99 {np.percentile(single_ms, 99):.2f} ms   ({args.requests} requests)"
+    )
+    print(
+        f"batch of {args.batch}: {args.batch / np.median(batched):.0f} images/s "
+        f"(median of {args.batches} batches, {np.median(batched) * 1000:.1f} ms per batch)"
+    )
 
 
 if __name__ == "__main__":

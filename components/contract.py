@@ -13,8 +13,16 @@ LABEL_KEY = "label"  # int64 in 0..NUM_CLASSES-1
 RECORD_ID_KEY = "record_id"  # "<batch file>:<index>", for tracing a record to its source
 
 LABEL_NAMES = (
-    "airplane", "automobile", "bird", "cat", "deer",
-    "dog", "frog", "horse", "ship", "truck",
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
 )
 NUM_CLASSES = len(LABEL_NAMES)
 IMAGE_SIZE = 32

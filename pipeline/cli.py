@@ -11,8 +11,14 @@ import warnings
 from pathlib import Path
 
 from pipeline import exit_status
-from pipeline.config import (MODELS, PRECISIONS, PROJECT_ROOT, STRATEGIES, PipelineConfig,
-                             TrainingConfig)
+from pipeline.config import (
+    MODELS,
+    PRECISIONS,
+    PROJECT_ROOT,
+    STRATEGIES,
+    PipelineConfig,
+    TrainingConfig,
+)
 from pipeline.tpu import ACCEPTED_NAMES as TPU_NAMES
 
 DEFAULT_OUTPUT_DIR = PROJECT_ROOT / "outputs"
@@ -30,53 +36,89 @@ def _default(config_class: type, name: str):
 
 def _add_training_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("training")
-    group.add_argument("--model", choices=MODELS, default=_default(TrainingConfig, "model"),
-                       help="airbench: fast default; seed_cnn: the classic Colab TPU recipe "
-                            "(default: %(default)s)")
-    group.add_argument("--strategy", choices=STRATEGIES,
-                       default=_default(TrainingConfig, "strategy"),
-                       help="tf.distribute strategy (auto: TPU if configured, else several "
-                            "GPUs or --cpu-replicas, else one device)")
-    group.add_argument("--tpu", default="",
-                       help="TPU name, grpc://HOST:8470 (Colab) or 'local' (TPU VM)")
-    group.add_argument("--cpu-replicas", type=int, metavar="N",
-                       default=_default(TrainingConfig, "cpu_replicas"),
-                       help="split the CPU into N logical devices for MirroredStrategy")
+    group.add_argument(
+        "--model",
+        choices=MODELS,
+        default=_default(TrainingConfig, "model"),
+        help="airbench: fast default; seed_cnn: the classic Colab TPU recipe "
+        "(default: %(default)s)",
+    )
+    group.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        default=_default(TrainingConfig, "strategy"),
+        help="tf.distribute strategy (auto: TPU if configured, else several "
+        "GPUs or --cpu-replicas, else one device)",
+    )
+    group.add_argument(
+        "--tpu", default="", help="TPU name, grpc://HOST:8470 (Colab) or 'local' (TPU VM)"
+    )
+    group.add_argument(
+        "--cpu-replicas",
+        type=int,
+        metavar="N",
+        default=_default(TrainingConfig, "cpu_replicas"),
+        help="split the CPU into N logical devices for MirroredStrategy",
+    )
     group.add_argument("--epochs", type=int, help="default: the model recipe's")
-    group.add_argument("--per-replica-batch-size", type=int,
-                       help="default: 128 on TPU, the recipe's elsewhere")
-    group.add_argument("--learning-rate", type=float,
-                       help="peak learning rate at the recipe's reference batch; scaled "
-                            "with the global batch")
-    group.add_argument("--precision", choices=PRECISIONS,
-                       default=_default(TrainingConfig, "precision"),
-                       help="auto: bf16 on TPU; bf16/fp16 on GPUs that have it; bf16 on CPUs with "
-                            "native bf16 (AVX512_BF16, AMX), else float32")
-    group.add_argument("--seed", type=int, default=_default(TrainingConfig, "seed"),
-                       help="seeds weights, shuffling and augmentation (default: %(default)s)")
+    group.add_argument(
+        "--per-replica-batch-size", type=int, help="default: 128 on TPU, the recipe's elsewhere"
+    )
+    group.add_argument(
+        "--learning-rate",
+        type=float,
+        help="peak learning rate at the recipe's reference batch; scaled with the global batch",
+    )
+    group.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=_default(TrainingConfig, "precision"),
+        help="auto: bf16 on TPU; bf16/fp16 on GPUs that have it; bf16 on CPUs with "
+        "native bf16 (AVX512_BF16, AMX), else float32",
+    )
+    group.add_argument(
+        "--seed",
+        type=int,
+        default=_default(TrainingConfig, "seed"),
+        help="seeds weights, shuffling and augmentation (default: %(default)s)",
+    )
 
 
 def _training_config(args: argparse.Namespace) -> TrainingConfig:
     return TrainingConfig(
-        model=args.model, strategy=args.strategy, tpu=args.tpu, cpu_replicas=args.cpu_replicas,
-        epochs=args.epochs, per_replica_batch_size=args.per_replica_batch_size,
-        learning_rate=args.learning_rate, precision=args.precision, seed=args.seed)
+        model=args.model,
+        strategy=args.strategy,
+        tpu=args.tpu,
+        cpu_replicas=args.cpu_replicas,
+        epochs=args.epochs,
+        per_replica_batch_size=args.per_replica_batch_size,
+        learning_rate=args.learning_rate,
+        precision=args.precision,
+        seed=args.seed,
+    )
 
 
 def _add_gate_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("data and evaluation")
-    group.add_argument("--eval-fraction", type=float,
-                       default=_default(PipelineConfig, "eval_fraction"),
-                       help="share of training records carved out for eval when the "
-                            "source has no test batch (class-balanced, deterministic)")
-    group.add_argument("--accuracy-gate", type=float,
-                       default=_default(PipelineConfig, "accuracy_gate"),
-                       help="minimum eval accuracy for the model to be blessed and pushed "
-                            "(default: %(default)s)")
-    group.add_argument("--max-regression", type=float,
-                       default=_default(PipelineConfig, "max_regression"),
-                       help="how far accuracy may fall below the baseline model "
-                            "(default: %(default)s)")
+    group.add_argument(
+        "--eval-fraction",
+        type=float,
+        default=_default(PipelineConfig, "eval_fraction"),
+        help="share of training records carved out for eval when the "
+        "source has no test batch (class-balanced, deterministic)",
+    )
+    group.add_argument(
+        "--accuracy-gate",
+        type=float,
+        default=_default(PipelineConfig, "accuracy_gate"),
+        help="minimum eval accuracy for the model to be blessed and pushed (default: %(default)s)",
+    )
+    group.add_argument(
+        "--max-regression",
+        type=float,
+        default=_default(PipelineConfig, "max_regression"),
+        help="how far accuracy may fall below the baseline model (default: %(default)s)",
+    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -86,37 +128,51 @@ def cmd_run(args: argparse.Namespace) -> int:
     from components.validation_gate.checks import DataValidationError
     from pipeline import data_source, local_runner, report_text
 
-    known = ((SourceError, EXIT_BAD_INPUT), (local_runner.OutputDirError, EXIT_BAD_INPUT),
-             (DataValidationError, EXIT_DATA_INVALID))
+    known = (
+        (SourceError, EXIT_BAD_INPUT),
+        (local_runner.OutputDirError, EXIT_BAD_INPUT),
+        (DataValidationError, EXIT_DATA_INVALID),
+    )
     output_dir = Path(args.output_dir).resolve()
     try:  # arguments, data location and every record: SourceError is a ValueError too
         source = data_source.resolve(args.data)
         config = local_runner.local_config(
-            output_dir, source, fingerprint(source), _training_config(args),
-            eval_fraction=args.eval_fraction, accuracy_gate=args.accuracy_gate,
-            max_regression=args.max_regression, enable_cache=not args.no_cache,
-            beam_args=tuple(args.beam_arg))
+            output_dir,
+            source,
+            fingerprint(source),
+            _training_config(args),
+            eval_fraction=args.eval_fraction,
+            accuracy_gate=args.accuracy_gate,
+            max_regression=args.max_regression,
+            enable_cache=not args.no_cache,
+            beam_args=tuple(args.beam_arg),
+        )
         checking = time.time()
         counts = count_records(source)
     except (ValueError, data_source.DataSourceError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(f"Data: {source} ({counts['train']} training and {counts['test']} test records, "
-          f"checked in {time.time() - checking:.1f}s)\nOutput: {output_dir}", file=sys.stderr)
+    print(
+        f"Data: {source} ({counts['train']} training and {counts['test']} test records, "
+        f"checked in {time.time() - checking:.1f}s)\nOutput: {output_dir}",
+        file=sys.stderr,
+    )
     try:
         with local_runner.exclusive_output_dir(output_dir):
             try:
                 facts = local_runner.run(config, output_dir)
             finally:  # also for a failed run: the report says what did run and why it stopped
                 report_path = _write_report(output_dir)
-    except Exception as err:  # noqa: BLE001 - the log file has the traceback
+    except Exception as err:
         for cause in _causes(err):
             for error_type, status in known:
                 if isinstance(cause, error_type):
                     print(f"error: {cause}", file=sys.stderr)
                     return status
-        print(f"error: {type(err).__name__}: {err}\n(see the log file above for details)",
-              file=sys.stderr)
+        print(
+            f"error: {type(err).__name__}: {err}\n(see the log file above for details)",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     print(report_text.render(facts))
     if report_path:
@@ -132,7 +188,7 @@ def _write_report(output_dir: Path) -> Path | None:
 
     try:
         return report.build_report(output_dir)
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         print(f"warning: could not write the report: {err}", file=sys.stderr)
         return None
 
@@ -149,8 +205,11 @@ def _causes(err: BaseException) -> list[BaseException]:
 def _vertex_target_args(args: argparse.Namespace) -> str:
     """Compiling for Vertex needs a project and region; Kubeflow needs neither. Empty when
     given. (`submit` takes them from the compiled file.)"""
-    missing = [flag for flag, value in (("--project", args.project), ("--region", args.region))
-               if not value]
+    missing = [
+        flag
+        for flag, value in (("--project", args.project), ("--region", args.region))
+        if not value
+    ]
     return f"{' and '.join(missing)} required with --target vertex" if missing else ""
 
 
@@ -159,12 +218,19 @@ def cmd_compile_kubeflow(args: argparse.Namespace) -> int:
 
     try:
         config = kubeflow_runner.kubeflow_config(
-            pipeline_root=args.pipeline_root, image=args.image, source_uri=args.data,
-            training=_training_config(args), trainer_cpu=args.trainer_cpu,
-            trainer_memory_gb=args.trainer_memory_gb, trainer_gpus=args.trainer_gpus,
-            gpu_resource=args.gpu_resource, source_fingerprint=args.data_fingerprint,
-            eval_fraction=args.eval_fraction, accuracy_gate=args.accuracy_gate,
-            max_regression=args.max_regression)
+            pipeline_root=args.pipeline_root,
+            image=args.image,
+            source_uri=args.data,
+            training=_training_config(args),
+            trainer_cpu=args.trainer_cpu,
+            trainer_memory_gb=args.trainer_memory_gb,
+            trainer_gpus=args.trainer_gpus,
+            gpu_resource=args.gpu_resource,
+            source_fingerprint=args.data_fingerprint,
+            eval_fraction=args.eval_fraction,
+            accuracy_gate=args.accuracy_gate,
+            max_regression=args.max_regression,
+        )
         path = kubeflow_runner.compile_pipeline(config, Path(args.output))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -178,7 +244,8 @@ def cmd_submit_kubeflow(args: argparse.Namespace) -> int:
 
     try:
         submission = kubeflow_runner.load_submission(
-            Path(args.pipeline_file), args.host, args.namespace, args.experiment, args.run_name)
+            Path(args.pipeline_file), args.host, args.namespace, args.experiment, args.run_name
+        )
         if args.dry_run:
             print(submission.describe())
             return EXIT_OK
@@ -186,8 +253,10 @@ def cmd_submit_kubeflow(args: argparse.Namespace) -> int:
     except kubeflow_runner.SubmitError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(f"Submitted run {run_id} ('{submission.run_name}', experiment "
-          f"'{submission.experiment}')\n{submission.host}/#/runs/details/{run_id}")
+    print(
+        f"Submitted run {run_id} ('{submission.run_name}', experiment "
+        f"'{submission.experiment}')\n{submission.host}/#/runs/details/{run_id}"
+    )
     return EXIT_OK
 
 
@@ -201,17 +270,28 @@ def cmd_compile(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     try:
         config = vertex_runner.vertex_config(
-            project=args.project, region=args.region, pipeline_root=args.pipeline_root,
-            image=args.image, source_uri=args.data, training=_training_config(args),
-            tpu_type=args.tpu_type, tpu_count=args.tpu_cores,
+            project=args.project,
+            region=args.region,
+            pipeline_root=args.pipeline_root,
+            image=args.image,
+            source_uri=args.data,
+            training=_training_config(args),
+            tpu_type=args.tpu_type,
+            tpu_count=args.tpu_cores,
             dataflow_region=args.dataflow_region,
-            dataflow_temp_location=args.dataflow_temp_location, endpoint=args.endpoint,
-            source_fingerprint=args.data_fingerprint, beam_args=tuple(args.beam_arg),
-            service_account=args.service_account, network=args.network,
+            dataflow_temp_location=args.dataflow_temp_location,
+            endpoint=args.endpoint,
+            source_fingerprint=args.data_fingerprint,
+            beam_args=tuple(args.beam_arg),
+            service_account=args.service_account,
+            network=args.network,
             tpu_image=args.tpu_image,
-            labels=vertex_runner.parse_labels(args.label), enable_cache=not args.no_cache,
+            labels=vertex_runner.parse_labels(args.label),
+            enable_cache=not args.no_cache,
             eval_fraction=args.eval_fraction,
-            accuracy_gate=args.accuracy_gate, max_regression=args.max_regression)
+            accuracy_gate=args.accuracy_gate,
+            max_regression=args.max_regression,
+        )
         path = vertex_runner.compile_pipeline(config, Path(args.output))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -227,21 +307,32 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return cmd_submit_kubeflow(args)
     try:
         submission = vertex_runner.load_submission(
-            Path(args.pipeline_file), args.project, args.region, args.service_account,
-            args.network, vertex_runner.parse_labels(args.label), args.enable_caching)
+            Path(args.pipeline_file),
+            args.project,
+            args.region,
+            args.service_account,
+            args.network,
+            vertex_runner.parse_labels(args.label),
+            args.enable_caching,
+        )
         if args.dry_run:
             print(submission.describe())
             return EXIT_OK
         job = vertex_runner.submit(submission, args.api_endpoint)
-        print(f"Submitted {job.resource_name}\nhttps://console.cloud.google.com/vertex-ai/"
-              f"locations/{submission.region}/pipelines/runs/{job.name}"
-              f"?project={submission.project}", flush=True)
+        print(
+            f"Submitted {job.resource_name}\nhttps://console.cloud.google.com/vertex-ai/"
+            f"locations/{submission.region}/pipelines/runs/{job.name}"
+            f"?project={submission.project}",
+            flush=True,
+        )
         if not args.wait:
             return EXIT_OK
-        state = vertex_runner.wait(job, vertex_runner.api_endpoint_of(submission.region,
-                                                                      args.api_endpoint),
-                                   lambda line: print(line, file=sys.stderr, flush=True),
-                                   args.poll_seconds)
+        state = vertex_runner.wait(
+            job,
+            vertex_runner.api_endpoint_of(submission.region, args.api_endpoint),
+            lambda line: print(line, file=sys.stderr, flush=True),
+            args.poll_seconds,
+        )
     except (vertex_runner.SubmitError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -269,158 +360,264 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="cifar10-pipeline", description=__doc__,
+        prog="cifar10-pipeline",
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="exit status: 0 ok, 1 unexpected error, 2 bad input, 3 data failed "
-               "validation, 4 model not blessed")
+        "validation, 4 model not blessed",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser(
-        "run", help="run the whole pipeline locally (Beam DirectRunner, SQLite metadata)",
+        "run",
+        help="run the whole pipeline locally (Beam DirectRunner, SQLite metadata)",
         description="Ingest, validate, train, evaluate and push on this machine. Finished "
-                    "steps are reused from the metadata cache on a rerun.")
-    run.add_argument("--data", metavar="PATH_OR_URL",
-                     help="CIFAR-10 archive (.tar.gz), extracted cifar-10-batches-bin/ or "
-                          "-py/ folder, image folder, gs:// path or URL. Default: "
-                          "$CIFAR10_DATA, then the local cache, then the official download")
-    run.add_argument("--output-dir", default=str(DEFAULT_OUTPUT_DIR),
-                     help="artifacts, metadata, serving models and run_summary.json "
-                          "(default: %(default)s)")
-    run.add_argument("--no-cache", action="store_true",
-                     help="rerun every component even if its inputs did not change")
-    run.add_argument("--beam-arg", action="append", default=[], metavar="ARG",
-                     help="extra Beam pipeline option, e.g. --beam-arg=--direct_num_workers=2")
+        "steps are reused from the metadata cache on a rerun.",
+    )
+    run.add_argument(
+        "--data",
+        metavar="PATH_OR_URL",
+        help="CIFAR-10 archive (.tar.gz), extracted cifar-10-batches-bin/ or "
+        "-py/ folder, image folder, gs:// path or URL. Default: "
+        "$CIFAR10_DATA, then the local cache, then the official download",
+    )
+    run.add_argument(
+        "--output-dir",
+        default=str(DEFAULT_OUTPUT_DIR),
+        help="artifacts, metadata, serving models and run_summary.json (default: %(default)s)",
+    )
+    run.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="rerun every component even if its inputs did not change",
+    )
+    run.add_argument(
+        "--beam-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra Beam pipeline option, e.g. --beam-arg=--direct_num_workers=2",
+    )
     _add_training_args(run)
     _add_gate_args(run)
     run.set_defaults(func=cmd_run)
 
     compile_parser = commands.add_parser(
-        "compile", help="compile the pipeline for Vertex AI or Kubeflow Pipelines "
-                        "(KubeflowV2DagRunner, KFP v2 YAML)",
+        "compile",
+        help="compile the pipeline for Vertex AI or Kubeflow Pipelines "
+        "(KubeflowV2DagRunner, KFP v2 YAML)",
         description="Writes the pipeline (KFP v2 YAML; a .json --output writes Vertex's "
-                    "deprecated PipelineJob JSON): the same DAG as `run`. Vertex: the Trainer "
-                    "on a Cloud TPU worker pool (strategy=tpu) and, optionally, Beam steps on "
-                    "Dataflow and the Pusher deploying to a Vertex endpoint. Kubeflow: the "
-                    "Trainer in its own pod with the --trainer-* requests.")
+        "deprecated PipelineJob JSON): the same DAG as `run`. Vertex: the Trainer "
+        "on a Cloud TPU worker pool (strategy=tpu) and, optionally, Beam steps on "
+        "Dataflow and the Pusher deploying to a Vertex endpoint. Kubeflow: the "
+        "Trainer in its own pod with the --trainer-* requests.",
+    )
     compile_parser.add_argument("--target", choices=["vertex", "kubeflow"], default="vertex")
     compile_parser.add_argument("--project", help="Google Cloud project id (vertex)")
     compile_parser.add_argument("--region", help="e.g. us-central1 (vertex)")
-    compile_parser.add_argument("--pipeline-root", required=True, metavar="URI",
-                                help="folder for artifacts and pushed models: gs:// (vertex), "
-                                     "gs:// or s3:// (kubeflow)")
-    compile_parser.add_argument("--image", required=True,
-                                help="pipeline image built from this repo's Dockerfile")
-    compile_parser.add_argument("--data", required=True, metavar="URI",
-                                help="CIFAR-10 archive or folder in the same kind of store")
-    compile_parser.add_argument("--data-fingerprint", default="",
-                                help="change this when the data at --data changes, so that "
-                                     "Vertex caching re-ingests it")
-    compile_parser.add_argument("--tpu-type", default="v2-8",
-                                help="Cloud TPU of the training worker: "
-                                     f"{', '.join(TPU_NAMES)} (default: %(default)s)")
-    compile_parser.add_argument("--tpu-image", default="",
-                                help="image of the TPU training job (Dockerfile target "
-                                     "tpu-trainer; default: --image)")
-    compile_parser.add_argument("--tpu-cores", type=int,
-                                help="optional check: the TPU's cores (v2/v3) or chips (v5e)")
-    compile_parser.add_argument("--dataflow-region", default="",
-                                help="run the Beam steps on Dataflow in this region")
+    compile_parser.add_argument(
+        "--pipeline-root",
+        required=True,
+        metavar="URI",
+        help="folder for artifacts and pushed models: gs:// (vertex), gs:// or s3:// (kubeflow)",
+    )
+    compile_parser.add_argument(
+        "--image", required=True, help="pipeline image built from this repo's Dockerfile"
+    )
+    compile_parser.add_argument(
+        "--data",
+        required=True,
+        metavar="URI",
+        help="CIFAR-10 archive or folder in the same kind of store",
+    )
+    compile_parser.add_argument(
+        "--data-fingerprint",
+        default="",
+        help="change this when the data at --data changes, so that Vertex caching re-ingests it",
+    )
+    compile_parser.add_argument(
+        "--tpu-type",
+        default="v2-8",
+        help=f"Cloud TPU of the training worker: {', '.join(TPU_NAMES)} (default: %(default)s)",
+    )
+    compile_parser.add_argument(
+        "--tpu-image",
+        default="",
+        help="image of the TPU training job (Dockerfile target tpu-trainer; default: --image)",
+    )
+    compile_parser.add_argument(
+        "--tpu-cores", type=int, help="optional check: the TPU's cores (v2/v3) or chips (v5e)"
+    )
+    compile_parser.add_argument(
+        "--dataflow-region", default="", help="run the Beam steps on Dataflow in this region"
+    )
     compile_parser.add_argument("--dataflow-temp-location", default="", metavar="GS_URI")
-    compile_parser.add_argument("--endpoint", default="",
-                                help="deploy the blessed model to this Vertex endpoint "
-                                     "instead of pushing to <pipeline-root>/serving")
+    compile_parser.add_argument(
+        "--endpoint",
+        default="",
+        help="deploy the blessed model to this Vertex endpoint "
+        "instead of pushing to <pipeline-root>/serving",
+    )
     kubeflow = compile_parser.add_argument_group("kubeflow: the Trainer pod's requests")
-    kubeflow.add_argument("--trainer-cpu", type=float, default=0.0, metavar="VCPU",
-                          help="CPU request (default: none)")
-    kubeflow.add_argument("--trainer-memory-gb", type=float, default=0.0, metavar="GB",
-                          help="memory request (default: none)")
-    kubeflow.add_argument("--trainer-gpus", type=int, default=0, metavar="N",
-                          help="accelerators to request (default: none)")
-    kubeflow.add_argument("--gpu-resource", default="nvidia.com/gpu",
-                          help="Kubernetes resource name of the accelerator "
-                               "(default: %(default)s)")
-    compile_parser.add_argument("--output", default="pipeline.yaml",
-                                help="file to write (default: %(default)s)")
+    kubeflow.add_argument(
+        "--trainer-cpu", type=float, default=0.0, metavar="VCPU", help="CPU request (default: none)"
+    )
+    kubeflow.add_argument(
+        "--trainer-memory-gb",
+        type=float,
+        default=0.0,
+        metavar="GB",
+        help="memory request (default: none)",
+    )
+    kubeflow.add_argument(
+        "--trainer-gpus",
+        type=int,
+        default=0,
+        metavar="N",
+        help="accelerators to request (default: none)",
+    )
+    kubeflow.add_argument(
+        "--gpu-resource",
+        default="nvidia.com/gpu",
+        help="Kubernetes resource name of the accelerator (default: %(default)s)",
+    )
+    compile_parser.add_argument(
+        "--output", default="pipeline.yaml", help="file to write (default: %(default)s)"
+    )
     cloud = compile_parser.add_argument_group("cloud settings")
-    cloud.add_argument("--beam-arg", action="append", default=[], metavar="ARG",
-                       help="Beam/Dataflow worker option, repeatable, e.g. "
-                            "--beam-arg=--disk_size_gb=100 --beam-arg=--machine_type=n2-standard-4 "
-                            "--beam-arg=--max_num_workers=4 --beam-arg=--subnetwork=URL "
-                            "--beam-arg=--no_use_public_ips")
-    cloud.add_argument("--service-account", default="",
-                       help="the training CustomJob (and Dataflow workers) run as this account")
-    cloud.add_argument("--network", default="", metavar="projects/NUMBER/global/networks/NAME",
-                       help="VPC network the training CustomJob is peered with")
-    cloud.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
-                       help="label on the training CustomJob (submit adds it to the "
-                            "PipelineJob), repeatable")
-    cloud.add_argument("--no-cache", action="store_true",
-                       help="compile every step with caching off")
+    cloud.add_argument(
+        "--beam-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="Beam/Dataflow worker option, repeatable, e.g. "
+        "--beam-arg=--disk_size_gb=100 --beam-arg=--machine_type=n2-standard-4 "
+        "--beam-arg=--max_num_workers=4 --beam-arg=--subnetwork=URL "
+        "--beam-arg=--no_use_public_ips",
+    )
+    cloud.add_argument(
+        "--service-account",
+        default="",
+        help="the training CustomJob (and Dataflow workers) run as this account",
+    )
+    cloud.add_argument(
+        "--network",
+        default="",
+        metavar="projects/NUMBER/global/networks/NAME",
+        help="VPC network the training CustomJob is peered with",
+    )
+    cloud.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="label on the training CustomJob (submit adds it to the PipelineJob), repeatable",
+    )
+    cloud.add_argument(
+        "--no-cache", action="store_true", help="compile every step with caching off"
+    )
     _add_training_args(compile_parser)
     _add_gate_args(compile_parser)
     compile_parser.set_defaults(func=cmd_compile)
 
     submit_parser = commands.add_parser(
-        "submit", help="submit a compiled pipeline to Vertex AI or Kubeflow Pipelines",
+        "submit",
+        help="submit a compiled pipeline to Vertex AI or Kubeflow Pipelines",
         description="Creates a Vertex AI PipelineJob (google-cloud-aiplatform), or a Kubeflow "
-                    "Pipelines run (kfp Client), from a file written by `compile`.")
+        "Pipelines run (kfp Client), from a file written by `compile`.",
+    )
     submit_parser.add_argument("pipeline_file", metavar="PIPELINE_FILE")
     submit_parser.add_argument("--target", choices=["vertex", "kubeflow"], default="vertex")
     vertex = submit_parser.add_argument_group("vertex")
-    vertex.add_argument("--project", default="",
-                        help="default: the compiled one; a different one is refused")
-    vertex.add_argument("--region", default="",
-                        help="default: the compiled one; a different one is refused")
-    vertex.add_argument("--service-account", default="",
-                        help="the PipelineJob runs as this account (default: the compiled "
-                             "training job's)")
+    vertex.add_argument(
+        "--project", default="", help="default: the compiled one; a different one is refused"
+    )
+    vertex.add_argument(
+        "--region", default="", help="default: the compiled one; a different one is refused"
+    )
+    vertex.add_argument(
+        "--service-account",
+        default="",
+        help="the PipelineJob runs as this account (default: the compiled training job's)",
+    )
     vertex.add_argument("--network", default="", help="default: the compiled one")
-    vertex.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
-                        help="PipelineJob label, repeatable (added to the compiled ones)")
+    vertex.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="PipelineJob label, repeatable (added to the compiled ones)",
+    )
     caching = vertex.add_mutually_exclusive_group()
-    caching.add_argument("--cache", dest="enable_caching", action="store_const", const=True,
-                         help="reuse cached step results (default: as compiled)")
-    caching.add_argument("--no-cache", dest="enable_caching", action="store_const", const=False,
-                         help="rerun every step")
-    vertex.add_argument("--wait", action="store_true",
-                        help="wait for the run to end, printing each step's state")
+    caching.add_argument(
+        "--cache",
+        dest="enable_caching",
+        action="store_const",
+        const=True,
+        help="reuse cached step results (default: as compiled)",
+    )
+    caching.add_argument(
+        "--no-cache",
+        dest="enable_caching",
+        action="store_const",
+        const=False,
+        help="rerun every step",
+    )
+    vertex.add_argument(
+        "--wait", action="store_true", help="wait for the run to end, printing each step's state"
+    )
     vertex.add_argument("--poll-seconds", type=float, default=30.0, help=argparse.SUPPRESS)
     kubeflow = submit_parser.add_argument_group("kubeflow")
-    kubeflow.add_argument("--host", default="",
-                          help="KFP API URL, e.g. http://localhost:8080")
-    kubeflow.add_argument("--namespace", default="",
-                          help="profile namespace on multi-user clusters")
+    kubeflow.add_argument("--host", default="", help="KFP API URL, e.g. http://localhost:8080")
+    kubeflow.add_argument(
+        "--namespace", default="", help="profile namespace on multi-user clusters"
+    )
     kubeflow.add_argument("--experiment", default="", help="default: the pipeline name")
     kubeflow.add_argument("--run-name", default="", help="default: <pipeline>-<timestamp>")
-    submit_parser.add_argument("--dry-run", action="store_true",
-                               help="validate the file and print what would be submitted; "
-                                    "no network")
+    submit_parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate the file and print what would be submitted; no network",
+    )
     submit_parser.add_argument("--api-endpoint", default="", help=argparse.SUPPRESS)
     submit_parser.set_defaults(func=cmd_submit)
 
     report_parser = commands.add_parser(
-        "report", help="(re)write RUN_DIR/report.html from a finished run",
+        "report",
+        help="(re)write RUN_DIR/report.html from a finished run",
         description="Writes a self-contained HTML page (data, training curves, evaluation, "
-                    "verdict) from RUN_DIR/run_summary.json and the run's artifacts.")
-    report_parser.add_argument("run_dir", metavar="RUN_DIR", nargs="?",
-                               default=str(DEFAULT_OUTPUT_DIR))
+        "verdict) from RUN_DIR/run_summary.json and the run's artifacts.",
+    )
+    report_parser.add_argument(
+        "run_dir", metavar="RUN_DIR", nargs="?", default=str(DEFAULT_OUTPUT_DIR)
+    )
     report_parser.set_defaults(func=cmd_report)
 
     predict_parser = commands.add_parser(
-        "predict", help="classify image files with the newest pushed model, on CPU",
+        "predict",
+        help="classify image files with the newest pushed model, on CPU",
         description="Loads the newest version under --model-dir and prints the top classes "
-                    "for each PNG or JPEG file.")
+        "for each PNG or JPEG file.",
+    )
     predict_parser.add_argument("images", nargs="*", metavar="IMAGE")
     predict_parser.add_argument(
-        "--model-dir", default=str(DEFAULT_OUTPUT_DIR / "serving" / "cifar10"),
-        help="folder of numbered versions, or one version (default: %(default)s)")
+        "--model-dir",
+        default=str(DEFAULT_OUTPUT_DIR / "serving" / "cifar10"),
+        help="folder of numbered versions, or one version (default: %(default)s)",
+    )
     predict_parser.add_argument("--top", type=int, default=3, help="classes to show per image")
     predict_parser.add_argument(
-        "--samples", type=int, default=0, metavar="N",
-        help="demo: classify N eval images of --data and print true versus predicted")
-    predict_parser.add_argument("--data", metavar="PATH_OR_URL",
-                                help="source for --samples (default: the eval split of the "
-                                     "run that pushed the model)")
+        "--samples",
+        type=int,
+        default=0,
+        metavar="N",
+        help="demo: classify N eval images of --data and print true versus predicted",
+    )
+    predict_parser.add_argument(
+        "--data",
+        metavar="PATH_OR_URL",
+        help="source for --samples (default: the eval split of the run that pushed the model)",
+    )
     predict_parser.add_argument("--json", action="store_true", help="print JSON lines")
     predict_parser.set_defaults(func=cmd_predict)
     return parser

@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from components.trainer.config import MODELS, PRECISIONS, STRATEGIES, TrainingConfig
+from components.trainer.config import TrainingConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = PROJECT_ROOT / "data" / "schema" / "schema.pbtxt"
+
 
 @dataclass(frozen=True)
 class VertexConfig:
@@ -44,8 +45,10 @@ class KubeflowConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.trainer_gpus and "/" not in self.gpu_resource:
-            raise ValueError(f"gpu_resource must be a Kubernetes resource name such as "
-                             f"nvidia.com/gpu, got '{self.gpu_resource}'")
+            raise ValueError(
+                f"gpu_resource must be a Kubernetes resource name such as "
+                f"nvidia.com/gpu, got '{self.gpu_resource}'"
+            )
 
 
 @dataclass(frozen=True)

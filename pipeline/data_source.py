@@ -32,8 +32,9 @@ def _progress(done: int, total: int) -> None:
     if total > 0 and sys.stderr.isatty():
         width = 40
         filled = width * done // total
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] "
-                         f"{done / 1e6:6.1f}/{total / 1e6:.1f} MB")
+        sys.stderr.write(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {done / 1e6:6.1f}/{total / 1e6:.1f} MB"
+        )
         sys.stderr.flush()
 
 
@@ -58,7 +59,8 @@ def download(url: str, target: Path, md5: str | None = None, timeout: float = 30
         reason = getattr(err, "reason", err)
         raise DataSourceError(
             f"could not download {url} ({reason}); pass --data PATH_OR_URL (or set "
-            f"{ENV_VAR}) to use a local copy of the CIFAR-10 archive") from err
+            f"{ENV_VAR}) to use a local copy of the CIFAR-10 archive"
+        ) from err
     finally:
         if sys.stderr.isatty():
             sys.stderr.write("\n")
@@ -66,7 +68,8 @@ def download(url: str, target: Path, md5: str | None = None, timeout: float = 30
         partial.unlink(missing_ok=True)
         raise DataSourceError(
             f"{url}: checksum mismatch (MD5 {digest.hexdigest()}, expected {md5}); "
-            "the download is corrupt or not the official archive")
+            "the download is corrupt or not the official archive"
+        )
     partial.rename(target)
     return target
 

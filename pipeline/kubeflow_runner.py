@@ -31,19 +31,31 @@ def _artifact_store_uri(flag: str, uri: str) -> str:
     if uri.startswith("minio://"):
         raise ValueError(
             f"{flag} '{uri}': TFX components open artifacts with tf.io.gfile, which has no "
-            f"minio:// filesystem; address the bucket as s3://{uri[len('minio://'):]} with "
-            "S3_ENDPOINT pointing at MinIO")
+            f"minio:// filesystem; address the bucket as s3://{uri[len('minio://') :]} with "
+            "S3_ENDPOINT pointing at MinIO"
+        )
     if not uri.startswith(ARTIFACT_STORE_SCHEMES):
-        raise ValueError(f"{flag} must be a gs:// or s3:// URI that the cluster's pods can "
-                         f"reach, not a local path, got '{uri}'")
+        raise ValueError(
+            f"{flag} must be a gs:// or s3:// URI that the cluster's pods can "
+            f"reach, not a local path, got '{uri}'"
+        )
     return uri.rstrip("/")
 
 
-def kubeflow_config(*, pipeline_root: str, image: str, source_uri: str,
-                    training: TrainingConfig, trainer_cpu: float = 0.0,
-                    trainer_memory_gb: float = 0.0, trainer_gpus: int = 0,
-                    gpu_resource: str = "nvidia.com/gpu", source_fingerprint: str = "",
-                    pipeline_name: str = "cifar10", **overrides) -> PipelineConfig:
+def kubeflow_config(
+    *,
+    pipeline_root: str,
+    image: str,
+    source_uri: str,
+    training: TrainingConfig,
+    trainer_cpu: float = 0.0,
+    trainer_memory_gb: float = 0.0,
+    trainer_gpus: int = 0,
+    gpu_resource: str = "nvidia.com/gpu",
+    source_fingerprint: str = "",
+    pipeline_name: str = "cifar10",
+    **overrides,
+) -> PipelineConfig:
     """The pipeline on a KFP cluster: the standard Trainer in its own pod with the
     given requests; strategy `auto` then picks from the devices that pod sees."""
     root = _artifact_store_uri("--pipeline-root", pipeline_root)
@@ -59,18 +71,24 @@ def kubeflow_config(*, pipeline_root: str, image: str, source_uri: str,
         source_fingerprint=source_fingerprint or f"uri:{source_uri}",
         schema_path=CONTAINER_SCHEMA_PATH,
         training=training,
-        kubeflow=KubeflowConfig(image=image, trainer_cpu=trainer_cpu,
-                                trainer_memory_gb=trainer_memory_gb,
-                                trainer_gpus=trainer_gpus, gpu_resource=gpu_resource),
+        kubeflow=KubeflowConfig(
+            image=image,
+            trainer_cpu=trainer_cpu,
+            trainer_memory_gb=trainer_memory_gb,
+            trainer_gpus=trainer_gpus,
+            gpu_resource=gpu_resource,
+        ),
         **overrides,
     )
 
 
 def resolver_executors(spec: dict[str, Any]) -> list[str]:
     """Executors the open-source KFP backend cannot run ("resolver not implemented")."""
-    return sorted(name for name, executor in
-                  spec.get("deploymentSpec", {}).get("executors", {}).items()
-                  if "resolver" in executor)
+    return sorted(
+        name
+        for name, executor in spec.get("deploymentSpec", {}).get("executors", {}).items()
+        if "resolver" in executor
+    )
 
 
 def build_pipeline_spec(config: PipelineConfig, image: str) -> dict[str, Any]:
@@ -81,7 +99,8 @@ def build_pipeline_spec(config: PipelineConfig, image: str) -> dict[str, Any]:
     from pipeline.topology import create_pipeline
 
     runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
-        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(default_image=image))
+        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(default_image=image)
+    )
     spec = runner.run(create_pipeline(config), write_out=False)["pipelineSpec"]
     spec["defaultPipelineRoot"] = config.pipeline_root
     return spec
@@ -99,8 +118,9 @@ def write_pipeline_yaml(spec: dict[str, Any], output: Path) -> Path:
 
     output = _yaml_output(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile("w", dir=output.parent, prefix=f".{output.name}.",
-                                         delete=False)
+    handle = tempfile.NamedTemporaryFile(
+        "w", dir=output.parent, prefix=f".{output.name}.", delete=False
+    )
     try:
         with handle:
             yaml.safe_dump(spec, handle, sort_keys=True)
@@ -131,22 +151,31 @@ def load_pipeline_spec(path: Path) -> dict[str, Any]:
     from kfp.pipeline_spec import pipeline_spec_pb2
 
     if Path(path).suffix not in YAML_SUFFIXES:
-        raise SubmitError(f"{path}: Kubeflow Pipelines takes the .yaml file written by "
-                          "`cifar10-pipeline compile --target kubeflow`")
+        raise SubmitError(
+            f"{path}: Kubeflow Pipelines takes the .yaml file written by "
+            "`cifar10-pipeline compile --target kubeflow`"
+        )
     try:
         spec = yaml.safe_load(Path(path).read_text())
         json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
     except (OSError, yaml.YAMLError, json_format.ParseError, TypeError, AttributeError) as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise SubmitError(f"{path}: not a readable KFP pipeline YAML ({reason})") from err
-    if not isinstance(spec, dict) or not spec.get("root", {}).get("dag", {}).get("tasks") \
-            or "deploymentSpec" not in spec:
-        raise SubmitError(f"{path}: not a compiled pipeline (no root DAG); create it with "
-                          "`cifar10-pipeline compile --target kubeflow`")
+    if (
+        not isinstance(spec, dict)
+        or not spec.get("root", {}).get("dag", {}).get("tasks")
+        or "deploymentSpec" not in spec
+    ):
+        raise SubmitError(
+            f"{path}: not a compiled pipeline (no root DAG); create it with "
+            "`cifar10-pipeline compile --target kubeflow`"
+        )
     unsupported = resolver_executors(spec)
     if unsupported:
-        raise SubmitError(f"{path}: has resolver executors ({', '.join(unsupported)}), which "
-                          "Kubeflow Pipelines cannot run; recompile with this version")
+        raise SubmitError(
+            f"{path}: has resolver executors ({', '.join(unsupported)}), which "
+            "Kubeflow Pipelines cannot run; recompile with this version"
+        )
     return spec
 
 
@@ -162,32 +191,45 @@ class Submission:
 
     def describe(self) -> str:
         tasks = sorted(self.spec["root"]["dag"]["tasks"])
-        images = sorted({e.get("container", {}).get("image", "") for e in
-                         self.spec["deploymentSpec"]["executors"].values()} - {""})
-        return "\n".join([
-            f"would create run '{self.run_name}'",
-            f"  on         {self.host}",
-            f"  namespace  {self.namespace or '(the client default)'}",
-            f"  experiment {self.experiment}",
-            f"  root       {self.pipeline_root}",
-            f"  images     {', '.join(images)}",
-            f"  tasks      {', '.join(tasks)}",
-        ])
+        images = sorted(
+            {
+                e.get("container", {}).get("image", "")
+                for e in self.spec["deploymentSpec"]["executors"].values()
+            }
+            - {""}
+        )
+        return "\n".join(
+            [
+                f"would create run '{self.run_name}'",
+                f"  on         {self.host}",
+                f"  namespace  {self.namespace or '(the client default)'}",
+                f"  experiment {self.experiment}",
+                f"  root       {self.pipeline_root}",
+                f"  images     {', '.join(images)}",
+                f"  tasks      {', '.join(tasks)}",
+            ]
+        )
 
 
-def load_submission(path: Path, host: str, namespace: str = "", experiment: str = "",
-                    run_name: str = "") -> Submission:
+def load_submission(
+    path: Path, host: str, namespace: str = "", experiment: str = "", run_name: str = ""
+) -> Submission:
     """Validates a compiled file and the target (no network)."""
     if not re.match(r"^https?://[^/\s]+", host or ""):
-        raise SubmitError(f"--host must be the KFP API URL, e.g. http://localhost:8080, "
-                          f"got '{host}'")
+        raise SubmitError(
+            f"--host must be the KFP API URL, e.g. http://localhost:8080, got '{host}'"
+        )
     spec = load_pipeline_spec(path)
     name = re.sub(r"[^a-z0-9-]", "-", spec.get("pipelineInfo", {}).get("name", "cifar10").lower())
     return Submission(
-        pipeline_file=Path(path), host=host.rstrip("/"), namespace=namespace,
+        pipeline_file=Path(path),
+        host=host.rstrip("/"),
+        namespace=namespace,
         experiment=experiment or name,
         run_name=run_name or f"{name}-{time.strftime('%Y%m%d-%H%M%S')}",
-        pipeline_root=spec.get("defaultPipelineRoot", ""), spec=spec)
+        pipeline_root=spec.get("defaultPipelineRoot", ""),
+        spec=spec,
+    )
 
 
 def _one_line(err: BaseException) -> str:
@@ -204,22 +246,30 @@ def submit(submission: Submission) -> str:
     try:
         # kfp prints links on stdout; keep stdout for this command's own result.
         with contextlib.redirect_stdout(sys.stderr):
-            client = kfp.Client(host=submission.host,
-                                **({"namespace": submission.namespace}
-                                   if submission.namespace else {}))
+            client = kfp.Client(
+                host=submission.host,
+                **({"namespace": submission.namespace} if submission.namespace else {}),
+            )
             result = client.create_run_from_pipeline_package(
-                str(submission.pipeline_file), arguments={}, run_name=submission.run_name,
+                str(submission.pipeline_file),
+                arguments={},
+                run_name=submission.run_name,
                 experiment_name=submission.experiment,
                 namespace=submission.namespace or None,
-                pipeline_root=submission.pipeline_root or None)
+                pipeline_root=submission.pipeline_root or None,
+            )
     except ApiException as err:
         if err.status in (401, 403):
-            raise SubmitError(f"{submission.host} refused the request ({err.status} "
-                              f"{err.reason}): pass credentials the cluster accepts (see "
-                              "README, Kubeflow Pipelines)") from err
-        raise SubmitError(f"Kubeflow Pipelines at {submission.host} refused the run: "
-                          f"{err.status} {err.reason}") from err
+            raise SubmitError(
+                f"{submission.host} refused the request ({err.status} "
+                f"{err.reason}): pass credentials the cluster accepts (see "
+                "README, Kubeflow Pipelines)"
+            ) from err
+        raise SubmitError(
+            f"Kubeflow Pipelines at {submission.host} refused the run: {err.status} {err.reason}"
+        ) from err
     except (urllib3.exceptions.HTTPError, OSError, TimeoutError) as err:
-        raise SubmitError(f"could not reach Kubeflow Pipelines at {submission.host}: "
-                          f"{_one_line(err)}") from err
+        raise SubmitError(
+            f"could not reach Kubeflow Pipelines at {submission.host}: {_one_line(err)}"
+        ) from err
     return result.run_id

@@ -9,8 +9,8 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from components.progress import PROGRESS_LOGGER
 from pipeline.config import PipelineConfig, TrainingConfig
@@ -37,7 +37,8 @@ def exclusive_output_dir(output_dir: Path) -> Iterator[None]:
         handle = open(output_dir / LOCK_FILE, "a+")
     except OSError as err:
         raise OutputDirError(
-            f"cannot use output directory {output_dir}: {err.strerror or err}") from err
+            f"cannot use output directory {output_dir}: {err.strerror or err}"
+        ) from err
     with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -46,7 +47,8 @@ def exclusive_output_dir(output_dir: Path) -> Iterator[None]:
             holder = handle.read().strip() or "another process"
             raise RunLockedError(
                 f"{output_dir}: another run ({holder}) is using this output directory; "
-                "wait for it or pass a different --output-dir") from err
+                "wait for it or pass a different --output-dir"
+            ) from err
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()}")
@@ -57,8 +59,13 @@ def exclusive_output_dir(output_dir: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def local_config(output_dir: Path, source_uri: str, source_fingerprint: str,
-                 training: TrainingConfig, **overrides) -> PipelineConfig:
+def local_config(
+    output_dir: Path,
+    source_uri: str,
+    source_fingerprint: str,
+    training: TrainingConfig,
+    **overrides,
+) -> PipelineConfig:
     output_dir = output_dir.resolve()
     return PipelineConfig(
         pipeline_name=overrides.pop("pipeline_name", "cifar10"),
@@ -101,8 +108,11 @@ class _ProgressPrinter(logging.Handler):
             elif self.stream.isatty():
                 self._print(f"{stamp} {message}", live=True)
             return
-        if record.levelno < logging.INFO or not message.startswith("Component ") \
-                or not message.endswith(("running.", "finished.")):
+        if (
+            record.levelno < logging.INFO
+            or not message.startswith("Component ")
+            or not message.endswith(("running.", "finished."))
+        ):
             return
         node = message.split()[1]
         if message.endswith("running."):
@@ -165,9 +175,12 @@ def run(config: PipelineConfig, output_dir: Path) -> RunSummary:
             failure = err
         facts = dataclasses.replace(
             summary.collect(config.metadata_path),
-            total_seconds=round(time.time() - started, 1), log_file=str(log_path),
+            total_seconds=round(time.time() - started, 1),
+            log_file=str(log_path),
             failed=None if failure is None else f"{type(failure).__name__}: {failure}",
-            source=config.source_uri, accuracy_gate=config.accuracy_gate)
+            source=config.source_uri,
+            accuracy_gate=config.accuracy_gate,
+        )
         facts.write(output_dir)
     if failure is not None:
         raise failure

@@ -26,12 +26,20 @@ def newest_version(model_dir: str) -> Path:
     root = Path(model_dir)
     if (root / "saved_model.pb").exists():
         return root
-    versions = sorted((int(p.name), p) for p in root.glob("*")
-                      if p.name.isdigit() and (p / "saved_model.pb").exists()) if root.is_dir() else []
+    versions = (
+        sorted(
+            (int(p.name), p)
+            for p in root.glob("*")
+            if p.name.isdigit() and (p / "saved_model.pb").exists()
+        )
+        if root.is_dir()
+        else []
+    )
     if not versions:
         raise ModelNotFoundError(
             f"{model_dir}: no pushed model version found; run `cifar10-pipeline run` first "
-            "or pass --model-dir")
+            "or pass --model-dir"
+        )
     return versions[-1][1]
 
 
@@ -49,8 +57,9 @@ def check_image(path: str) -> bytes:
             with Image.open(io.BytesIO(payload)) as image:
                 image.verify()
                 if image.format not in ACCEPTED_FORMATS:
-                    raise ValueError(f"{path}: {image.format} images are not supported "
-                                     f"(use PNG or JPEG)")
+                    raise ValueError(
+                        f"{path}: {image.format} images are not supported (use PNG or JPEG)"
+                    )
     except Image.DecompressionBombError:
         if not payload.startswith(_ACCEPTED_SIGNATURES):
             raise ValueError(f"{path}: not a PNG or JPEG image") from None
@@ -141,15 +150,17 @@ def main(args: argparse.Namespace) -> int:
         except (SourceError, data_source.DataSourceError, FileNotFoundError) as err:
             print(f"error: {err}", file=sys.stderr)
             return exit_status.BAD_INPUT
-        chosen = list(range(0, len(labels), max(1, len(labels) // args.samples)))[:args.samples]
+        chosen = list(range(0, len(labels), max(1, len(labels) // args.samples)))[: args.samples]
         probabilities = classifier.probabilities([_encode_png(images[i]) for i in chosen])
         correct = 0
         for index, row in zip(chosen, probabilities):
             predicted, truth = LABEL_NAMES[row.argmax()], LABEL_NAMES[labels[index]]
             correct += predicted == truth
             mark = "ok " if predicted == truth else "MISS"
-            print(f"{mark} eval #{index:<5} true {truth:<10} predicted {predicted:<10} "
-                  f"({100 * row.max():.1f}%)")
+            print(
+                f"{mark} eval #{index:<5} true {truth:<10} predicted {predicted:<10} "
+                f"({100 * row.max():.1f}%)"
+            )
         print(f"{correct}/{len(chosen)} correct")
         return exit_status.OK
 
@@ -171,10 +182,19 @@ def main(args: argparse.Namespace) -> int:
                 failed += 1
                 print(f"error: {path}: {row}", file=sys.stderr)
                 continue
-            top = row.argsort()[::-1][:args.top]
+            top = row.argsort()[::-1][: args.top]
             if args.json:
-                print(json.dumps({"file": path, "top": [
-                    {"class": LABEL_NAMES[i], "probability": round(float(row[i]), 4)} for i in top]}))
+                print(
+                    json.dumps(
+                        {
+                            "file": path,
+                            "top": [
+                                {"class": LABEL_NAMES[i], "probability": round(float(row[i]), 4)}
+                                for i in top
+                            ],
+                        }
+                    )
+                )
             else:
                 print(f"{path}: " + ", ".join(f"{LABEL_NAMES[i]} {100 * row[i]:.1f}%" for i in top))
     return exit_status.BAD_INPUT if failed else exit_status.OK

@@ -17,8 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from components.contract import (EVAL_SPLIT, EXAMPLES_INPUT, EXAMPLES_SIGNATURE, IMAGE_SHAPE,
-                                 LABEL_NAMES, NUM_CLASSES, PROBABILITIES_KEY, TRAIN_SPLIT)
+from components.contract import (
+    EVAL_SPLIT,
+    EXAMPLES_INPUT,
+    EXAMPLES_SIGNATURE,
+    IMAGE_SHAPE,
+    LABEL_NAMES,
+    NUM_CLASSES,
+    PROBABILITIES_KEY,
+    TRAIN_SPLIT,
+)
 from pipeline.summary import RunSummary
 
 REPORT_FILE = "report.html"
@@ -43,13 +51,15 @@ def _img(uri: str, alt: str) -> str:
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
-                   for row in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows
+    )
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def read_split(examples_uri: str, split: str, limit: int | None = None
-               ) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
+def read_split(
+    examples_uri: str, split: str, limit: int | None = None
+) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
     """The first `limit` records of a split (all of them without a limit), in file order."""
     import tensorflow as tf
 
@@ -100,11 +110,13 @@ def data_section(summary: RunSummary, train) -> str:
     grid = _png(_grid(np.array(samples), SAMPLES_PER_CLASS, captions)) if samples else ""
     stats = _statistics_table(summary)
     counts = ", ".join(f"{split} {count}" for split, count in summary.record_counts.items())
-    return (f"<h2>Data</h2><p>Records per split: {counts} "
-            f"(source {html.escape(str(summary.source))})</p>"
-            f"{chart}<h3>Sample images per class (train)</h3>"
-            f"{_img(grid, 'sample grid') if grid else '<p>no images</p>'}"
-            f"<h3>TFDV statistics and anomalies</h3>{stats}")
+    return (
+        f"<h2>Data</h2><p>Records per split: {counts} "
+        f"(source {html.escape(str(summary.source))})</p>"
+        f"{chart}<h3>Sample images per class (train)</h3>"
+        f"{_img(grid, 'sample grid') if grid else '<p>no images</p>'}"
+        f"<h3>TFDV statistics and anomalies</h3>{stats}"
+    )
 
 
 def _statistics_table(summary: RunSummary) -> str:
@@ -119,24 +131,35 @@ def _statistics_table(summary: RunSummary) -> str:
             for dataset in stats.datasets:
                 for feature in dataset.features:
                     name = ".".join(feature.path.step)
-                    common = (feature.num_stats.common_stats if feature.HasField("num_stats")
-                              else feature.string_stats.common_stats
-                              if feature.HasField("string_stats") else feature.bytes_stats.common_stats)
+                    common = (
+                        feature.num_stats.common_stats
+                        if feature.HasField("num_stats")
+                        else feature.string_stats.common_stats
+                        if feature.HasField("string_stats")
+                        else feature.bytes_stats.common_stats
+                    )
                     detail = ""
                     if feature.HasField("bytes_stats"):
-                        detail = (f"{feature.bytes_stats.min_num_bytes:g}-"
-                                  f"{feature.bytes_stats.max_num_bytes:g} bytes")
+                        detail = (
+                            f"{feature.bytes_stats.min_num_bytes:g}-"
+                            f"{feature.bytes_stats.max_num_bytes:g} bytes"
+                        )
                     elif feature.HasField("string_stats"):
                         detail = f"{feature.string_stats.unique} distinct values"
                     rows.append([split, name, dataset.num_examples, common.num_missing, detail])
         path = os.path.join(artifacts.get("anomalies", ""), f"Split-{split}", "SchemaDiff.pb")
         if os.path.exists(path):
             found = anomalies_pb2.Anomalies.FromString(Path(path).read_bytes())
-            anomalies += [[split, name, info.short_description or info.description]
-                          for name, info in found.anomaly_info.items()]
+            anomalies += [
+                [split, name, info.short_description or info.description]
+                for name, info in found.anomaly_info.items()
+            ]
     table = _table(["split", "feature", "examples", "missing", "values"], rows)
-    listed = (_table(["split", "feature", "anomaly"], anomalies) if anomalies
-              else "<p class='ok'>No anomalies against the curated schema.</p>")
+    listed = (
+        _table(["split", "feature", "anomaly"], anomalies)
+        if anomalies
+        else "<p class='ok'>No anomalies against the curated schema.</p>"
+    )
     return table + listed
 
 
@@ -153,25 +176,61 @@ def training_section(summary: RunSummary) -> str:
     for key, label in (("accuracy", "train"), ("val_accuracy", "eval")):
         acc_axis.plot(epochs, [e.get(key) for e in history], marker="o", label=label)
     lr_axis.plot(epochs, [e.get("learning_rate") for e in history], marker="o")
-    for axis, title in ((loss_axis, "loss"), (acc_axis, "accuracy"),
-                        (lr_axis, "learning rate at epoch end")):
+    for axis, title in (
+        (loss_axis, "loss"),
+        (acc_axis, "accuracy"),
+        (lr_axis, "learning rate at epoch end"),
+    ):
         axis.set_title(title)
         axis.set_xlabel("epoch")
     loss_axis.legend()
     acc_axis.legend()
-    rows = [[e["epoch"], f"{e['seconds']:.1f}", f"{e.get('loss', 0):.4f}",
-             f"{e.get('accuracy', 0):.4f}", f"{e.get('val_accuracy', 0):.4f}",
-             f"{e.get('learning_rate', 0):.4g}"] for e in history]
-    setup = "" if training is None else _table(
-        ["model", "strategy", "replicas", "per-replica batch", "global batch", "epochs",
-         "precision", "training FLOPs", "fit seconds", "resumed from epoch"],
-        [[training.model, training.strategy, training.replicas, training.per_replica_batch_size,
-          training.global_batch_size, training.epochs,
-          f"{training.precision} ({training.precision_reason})",
-          f"{training.training_flops:.2e}", training.fit_seconds, training.resumed_from_epoch]])
-    return (f"<h2>Training</h2>{setup}{_img(_png(figure), 'training curves')}"
-            + _table(["epoch", "seconds", "loss", "accuracy", "eval accuracy",
-                      "learning rate"], rows))
+    rows = [
+        [
+            e["epoch"],
+            f"{e['seconds']:.1f}",
+            f"{e.get('loss', 0):.4f}",
+            f"{e.get('accuracy', 0):.4f}",
+            f"{e.get('val_accuracy', 0):.4f}",
+            f"{e.get('learning_rate', 0):.4g}",
+        ]
+        for e in history
+    ]
+    setup = (
+        ""
+        if training is None
+        else _table(
+            [
+                "model",
+                "strategy",
+                "replicas",
+                "per-replica batch",
+                "global batch",
+                "epochs",
+                "precision",
+                "training FLOPs",
+                "fit seconds",
+                "resumed from epoch",
+            ],
+            [
+                [
+                    training.model,
+                    training.strategy,
+                    training.replicas,
+                    training.per_replica_batch_size,
+                    training.global_batch_size,
+                    training.epochs,
+                    f"{training.precision} ({training.precision_reason})",
+                    f"{training.training_flops:.2e}",
+                    training.fit_seconds,
+                    training.resumed_from_epoch,
+                ]
+            ],
+        )
+    )
+    return f"<h2>Training</h2>{setup}{_img(_png(figure), 'training curves')}" + _table(
+        ["epoch", "seconds", "loss", "accuracy", "eval accuracy", "learning rate"], rows
+    )
 
 
 def evaluation_section(summary: RunSummary) -> str:
@@ -182,9 +241,12 @@ def evaluation_section(summary: RunSummary) -> str:
     if evaluation is None or evaluation.eval_accuracy is None:
         return "<h2>Evaluation</h2><p>The Evaluator did not run.</p>"
     gate = summary.accuracy_gate
-    header = (f"<h2>Evaluation</h2><p>Overall accuracy (TFMA, eval split): "
-              f"<b>{100 * evaluation.eval_accuracy:.2f}%</b>"
-              + ("" if gate is None else f" against the gate of {100 * gate:.0f}%") + "</p>")
+    header = (
+        f"<h2>Evaluation</h2><p>Overall accuracy (TFMA, eval split): "
+        f"<b>{100 * evaluation.eval_accuracy:.2f}%</b>"
+        + ("" if gate is None else f" against the gate of {100 * gate:.0f}%")
+        + "</p>"
+    )
     confusion = np.array(evaluation.confusion_matrix, np.int64)
     per_class = np.array([evaluation.per_class_accuracy.get(i, 0.0) for i in range(NUM_CLASSES)])
     figure, (bars, matrix) = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -200,29 +262,48 @@ def evaluation_section(summary: RunSummary) -> str:
     for (row, column), value in np.ndenumerate(confusion):
         matrix.text(column, row, str(value), ha="center", va="center", fontsize=6)
     figure.colorbar(shown, ax=matrix)
-    rows = [[LABEL_NAMES[i], evaluation.per_class_eval_records.get(i, 0),
-             f"{100 * per_class[i]:.2f}%"] for i in range(NUM_CLASSES)]
-    body = (header + _img(_png(figure), "per-class accuracy and confusion matrix")
-            + _table(["class", "eval records", "accuracy"], rows))
+    rows = [
+        [LABEL_NAMES[i], evaluation.per_class_eval_records.get(i, 0), f"{100 * per_class[i]:.2f}%"]
+        for i in range(NUM_CLASSES)
+    ]
+    body = (
+        header
+        + _img(_png(figure), "per-class accuracy and confusion matrix")
+        + _table(["class", "eval records", "accuracy"], rows)
+    )
     model_dir = os.path.join(summary.artifacts.get("model", ""), "Format-Serving")
-    images, labels, serialized = (read_split(summary.artifacts["examples"], EVAL_SPLIT,
-                                             MISTAKES_SAMPLE)
-                                  if "examples" in summary.artifacts else ([], [], []))
+    images, labels, serialized = (
+        read_split(summary.artifacts["examples"], EVAL_SPLIT, MISTAKES_SAMPLE)
+        if "examples" in summary.artifacts
+        else ([], [], [])
+    )
     if not os.path.exists(model_dir) or not serialized:
         return body
     serve = tf.saved_model.load(model_dir).signatures[EXAMPLES_SIGNATURE]
-    probabilities = np.concatenate([serve(**{EXAMPLES_INPUT: tf.constant(serialized[i:i + 512])})
-                                    [PROBABILITIES_KEY].numpy()
-                                    for i in range(0, len(serialized), 512)])
+    probabilities = np.concatenate(
+        [
+            serve(**{EXAMPLES_INPUT: tf.constant(serialized[i : i + 512])})[
+                PROBABILITIES_KEY
+            ].numpy()
+            for i in range(0, len(serialized), 512)
+        ]
+    )
     predicted = probabilities.argmax(1)
     wrong = np.flatnonzero(predicted != labels)
     worst = wrong[np.argsort(-probabilities[wrong].max(1))][:MISTAKES_SHOWN]
-    captions = [f"{LABEL_NAMES[labels[i]]}->{LABEL_NAMES[predicted[i]]} "
-                f"{100 * probabilities[i].max():.0f}%" for i in worst]
-    mistakes = (_img(_png(_grid(images[worst], 8, captions, scale=1.3)), "confident mistakes")
-                if len(worst) else "<p>No mistakes.</p>")
-    return (body + "<h3>Most confident mistakes</h3>"
-            f"<p>Among the first {len(serialized)} eval records.</p>" + mistakes)
+    captions = [
+        f"{LABEL_NAMES[labels[i]]}->{LABEL_NAMES[predicted[i]]} {100 * probabilities[i].max():.0f}%"
+        for i in worst
+    ]
+    mistakes = (
+        _img(_png(_grid(images[worst], 8, captions, scale=1.3)), "confident mistakes")
+        if len(worst)
+        else "<p>No mistakes.</p>"
+    )
+    return (
+        body + "<h3>Most confident mistakes</h3>"
+        f"<p>Among the first {len(serialized)} eval records.</p>" + mistakes
+    )
 
 
 def outcome_section(summary: RunSummary) -> str:
@@ -233,13 +314,16 @@ def outcome_section(summary: RunSummary) -> str:
         failures = [*failures, f"the run failed: {summary.failed}"]
     reasons = "".join(f"<li>{html.escape(r)}</li>" for r in failures)
     pushed = summary.push.pushed_version_dir if summary.push and summary.push.pushed else None
-    stages = [[stage, f"{seconds:.1f}", summary.stage_states.get(stage, "")]
-              for stage, seconds in summary.stage_seconds.items()]
-    return (f"<h2>Outcome</h2><p class='{'ok' if blessed else 'bad'}'>{verdict}</p>"
-            f"{f'<ul>{reasons}</ul>' if reasons else ''}"
-            f"<p>Pushed: {html.escape(pushed) if pushed else 'nothing'}</p>"
-            f"<p>Total: {summary.total_seconds} s</p>"
-            + _table(["stage", "seconds", "state"], stages))
+    stages = [
+        [stage, f"{seconds:.1f}", summary.stage_states.get(stage, "")]
+        for stage, seconds in summary.stage_seconds.items()
+    ]
+    return (
+        f"<h2>Outcome</h2><p class='{'ok' if blessed else 'bad'}'>{verdict}</p>"
+        f"{f'<ul>{reasons}</ul>' if reasons else ''}"
+        f"<p>Pushed: {html.escape(pushed) if pushed else 'nothing'}</p>"
+        f"<p>Total: {summary.total_seconds} s</p>" + _table(["stage", "seconds", "state"], stages)
+    )
 
 
 STYLE = """body{font-family:sans-serif;max-width:1200px;margin:auto;padding:1em;color:#222}
@@ -254,14 +338,24 @@ def build_report(run_dir: Path) -> Path:
     matplotlib.use("Agg")
     summary = RunSummary.load(run_dir)
     examples = summary.artifacts.get("examples")
-    train = (read_split(examples, TRAIN_SPLIT, SAMPLE_RECORDS) if examples
-             else (np.zeros((0, *IMAGE_SHAPE), np.uint8), np.zeros(0, np.int64), []))
-    body = [outcome_section(summary), data_section(summary, train), training_section(summary),
-            evaluation_section(summary)]
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>CIFAR-10 run "
-            f"{html.escape(summary.run_id)}</title><style>{STYLE}</style></head>"
-            f"<body><h1>CIFAR-10 pipeline run {html.escape(summary.run_id)}</h1>"
-            + "".join(body) + "</body></html>")
+    train = (
+        read_split(examples, TRAIN_SPLIT, SAMPLE_RECORDS)
+        if examples
+        else (np.zeros((0, *IMAGE_SHAPE), np.uint8), np.zeros(0, np.int64), [])
+    )
+    body = [
+        outcome_section(summary),
+        data_section(summary, train),
+        training_section(summary),
+        evaluation_section(summary),
+    ]
+    page = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>CIFAR-10 run "
+        f"{html.escape(summary.run_id)}</title><style>{STYLE}</style></head>"
+        f"<body><h1>CIFAR-10 pipeline run {html.escape(summary.run_id)}</h1>"
+        + "".join(body)
+        + "</body></html>"
+    )
     target = run_dir / REPORT_FILE
     partial = target.with_suffix(".html.part")
     partial.write_text(page)

@@ -12,8 +12,11 @@ def _pct(value: float | None) -> str:
 
 def render(summary: RunSummary) -> str:
     counts = summary.record_counts
-    lines = ["", "== CIFAR-10 pipeline run ==",
-             "records        " + ", ".join(f"{split} {count}" for split, count in counts.items())]
+    lines = [
+        "",
+        "== CIFAR-10 pipeline run ==",
+        "records        " + ", ".join(f"{split} {count}" for split, count in counts.items()),
+    ]
     for stage, seconds in summary.stage_seconds.items():
         cached = " (cached)" if summary.stage_states.get(stage) == "cached" else ""
         lines.append(f"  {stage:<32} {seconds:7.1f}s{cached}")
@@ -23,16 +26,23 @@ def render(summary: RunSummary) -> str:
             f"training       {training.model} on {training.strategy} strategy, "
             f"{training.replicas} replica(s), global batch {training.global_batch_size} "
             f"({training.per_replica_batch_size} per replica), {training.epochs} epochs, "
-            f"fit {training.fit_seconds}s, {training.training_flops:.2e} FLOPs")
+            f"fit {training.fit_seconds}s, {training.training_flops:.2e} FLOPs"
+        )
         lines.append(f"precision      {training.precision} ({training.precision_reason})")
     evaluation = summary.evaluation
     if evaluation is not None:
-        lines.append(f"eval accuracy  {_pct(evaluation.eval_accuracy)}"
-                     f" (baseline model: {_pct(evaluation.baseline_accuracy)})")
+        lines.append(
+            f"eval accuracy  {_pct(evaluation.eval_accuracy)}"
+            f" (baseline model: {_pct(evaluation.baseline_accuracy)})"
+        )
         if evaluation.per_class_accuracy:
-            lines.append("  per class    " + ", ".join(
-                f"{LABEL_NAMES[label]} {_pct(value)}"
-                for label, value in sorted(evaluation.per_class_accuracy.items())))
+            lines.append(
+                "  per class    "
+                + ", ".join(
+                    f"{LABEL_NAMES[label]} {_pct(value)}"
+                    for label, value in sorted(evaluation.per_class_accuracy.items())
+                )
+            )
     if summary.blessed is not None:
         lines.append(f"gate           {'BLESSED' if summary.blessed else 'NOT BLESSED'}")
         for failure in evaluation.gate_failures if evaluation else []:

@@ -82,8 +82,10 @@ class RunSummary:
         """Flat JSON, record counts and stage times first; the training and evaluation
         fields sit at the top level, and are absent when that step did not run."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        flat: dict[str, Any] = {"record_counts": values.pop("record_counts"),
-                                "stage_seconds": values.pop("stage_seconds")}
+        flat: dict[str, Any] = {
+            "record_counts": values.pop("record_counts"),
+            "stage_seconds": values.pop("stage_seconds"),
+        }
         for name in ("training", "evaluation", "push"):
             part = values.pop(name)
             if part is not None:
@@ -95,20 +97,26 @@ class RunSummary:
     def from_json(cls, values: dict[str, Any], where: str = SUMMARY_FILE) -> RunSummary:
         values = dict(values)
         parts: dict[str, Any] = {}
-        for name, part_type in (("training", TrainingSummary), ("evaluation", Evaluation),
-                                ("push", Push)):
+        for name, part_type in (
+            ("training", TrainingSummary),
+            ("evaluation", Evaluation),
+            ("push", Push),
+        ):
             names = [f.name for f in dataclasses.fields(part_type)]
             present = [n for n in names if n in values]
             if present:
                 parts[name] = strict_from_json(
-                    part_type, {n: values.pop(n) for n in present}, f"{where} ({name})")
+                    part_type, {n: values.pop(n) for n in present}, f"{where} ({name})"
+                )
         if "evaluation" in parts:
             evaluation = parts["evaluation"]
             parts["evaluation"] = dataclasses.replace(
                 evaluation,  # JSON object keys are strings
                 per_class_accuracy={int(k): v for k, v in evaluation.per_class_accuracy.items()},
-                per_class_eval_records={int(k): v for k, v in
-                                        evaluation.per_class_eval_records.items()})
+                per_class_eval_records={
+                    int(k): v for k, v in evaluation.per_class_eval_records.items()
+                },
+            )
         return strict_from_json(cls, {**values, **parts}, where)
 
     def write(self, output_dir: Path) -> Path:
@@ -177,8 +185,9 @@ def evaluation_facts(evaluation_uri: str) -> Evaluation:
             continue
         for matrix in plots.get("", {}).get("", {}).get(CONFUSION_PLOT, {}).get("matrices", []):
             for entry in matrix.get("entries", []):
-                confusion[entry.get("actualClassId", 0)][entry.get("predictedClassId", 0)] += \
-                    int(entry.get("numWeightedExamples", 0))
+                confusion[entry.get("actualClassId", 0)][entry.get("predictedClassId", 0)] += int(
+                    entry.get("numWeightedExamples", 0)
+                )
     failures = []
     validation = tfma.load_validation_result(evaluation_uri)
     for per_slice in validation.metric_validations_per_slice:
@@ -186,9 +195,16 @@ def evaluation_facts(evaluation_uri: str) -> Evaluation:
             failures.append(
                 f"{failure.metric_key.name}{' vs baseline' if failure.metric_key.is_diff else ''}"
                 f" = {failure.metric_value.double_value.value:.4f} fails {failure.message or ''}"
-                f"{_threshold_text(failure.metric_threshold)}")
-    return Evaluation(overall, baseline, dict(sorted(per_class.items())),
-                      dict(sorted(per_class_records.items())), confusion, failures)
+                f"{_threshold_text(failure.metric_threshold)}"
+            )
+    return Evaluation(
+        overall,
+        baseline,
+        dict(sorted(per_class.items())),
+        dict(sorted(per_class_records.items())),
+        confusion,
+        failures,
+    )
 
 
 def _threshold_text(threshold) -> str:
@@ -216,8 +232,11 @@ def collect(metadata_path: str) -> RunSummary:
         return max(runs, key=lambda c: (c.create_time_since_epoch, c.id))
 
     def outputs_of(store: mlmd.MetadataStore, execution_id: int) -> dict[str, Any]:
-        events = [e for e in store.get_events_by_execution_ids([execution_id])
-                  if e.type == metadata_store_pb2.Event.OUTPUT]
+        events = [
+            e
+            for e in store.get_events_by_execution_ids([execution_id])
+            if e.type == metadata_store_pb2.Event.OUTPUT
+        ]
         artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])}
         return {e.path.steps[0].key: artifacts[e.artifact_id] for e in events if e.path.steps}
 
@@ -229,10 +248,19 @@ def collect(metadata_path: str) -> RunSummary:
         states: dict[str, str] = {}
         outputs: dict[str, dict[str, Any]] = {}
         for execution in sorted(store.get_executions_by_context(run.id), key=lambda e: e.id):
-            node = next((node_contexts[c.id] for c in store.get_contexts_by_execution(execution.id)
-                         if c.id in node_contexts), "unknown")
-            stages[node] = round((execution.last_update_time_since_epoch
-                                  - execution.create_time_since_epoch) / 1000.0, 1)
+            node = next(
+                (
+                    node_contexts[c.id]
+                    for c in store.get_contexts_by_execution(execution.id)
+                    if c.id in node_contexts
+                ),
+                "unknown",
+            )
+            stages[node] = round(
+                (execution.last_update_time_since_epoch - execution.create_time_since_epoch)
+                / 1000.0,
+                1,
+            )
             states[node] = state_names.get(execution.last_known_state, "unknown")
             outputs[node] = outputs_of(store, execution.id)
 
@@ -246,11 +274,16 @@ def collect(metadata_path: str) -> RunSummary:
         kind = value.WhichOneof("value")
         return getattr(value, kind) if kind else None
 
-    artifact_uris = {name: output(node, key).uri for name, (node, key) in {
-        "examples": (EXAMPLE_GEN_NODE, "examples"),
-        "statistics": (STATISTICS_NODE, "statistics"),
-        "anomalies": (EXAMPLE_VALIDATOR_NODE, "anomalies"),
-        "model": (TRAINER_NODE, "model")}.items() if output(node, key) is not None}
+    artifact_uris = {
+        name: output(node, key).uri
+        for name, (node, key) in {
+            "examples": (EXAMPLE_GEN_NODE, "examples"),
+            "statistics": (STATISTICS_NODE, "statistics"),
+            "anomalies": (EXAMPLE_VALIDATOR_NODE, "anomalies"),
+            "model": (TRAINER_NODE, "model"),
+        }.items()
+        if output(node, key) is not None
+    }
     training, history, model_run_dir = None, [], None
     model_run = output(TRAINER_NODE, "model_run")
     if model_run is not None:
@@ -265,7 +298,8 @@ def collect(metadata_path: str) -> RunSummary:
     return RunSummary(
         run_id=run.name,
         record_counts=record_counts(artifact_uris["statistics"])
-        if "statistics" in artifact_uris else {},
+        if "statistics" in artifact_uris
+        else {},
         stage_seconds=stages,
         stage_states=states,
         artifacts=artifact_uris,
@@ -274,8 +308,11 @@ def collect(metadata_path: str) -> RunSummary:
         model_run_dir=model_run_dir,
         evaluation=evaluation_facts(evaluation.uri) if evaluation is not None else None,
         blessed=bool(prop(blessing, "blessed")) if blessing is not None else None,
-        push=None if pushed is None else Push(
+        push=None
+        if pushed is None
+        else Push(
             pushed=bool(prop(pushed, "pushed")),
             pushed_version_dir=prop(pushed, "pushed_destination") or None,
-            pushed_new_version=bool(prop(pushed, "new_version"))),
+            pushed_new_version=bool(prop(pushed, "new_version")),
+        ),
     )

@@ -16,8 +16,7 @@ from tfx.extensions.google_cloud_ai_platform.trainer import executor as vertex_t
 from components.atomic_pusher.component import AtomicPusher
 from components.cifar10_example_gen.component import Cifar10ExampleGen
 from components.contract import EXAMPLES_SIGNATURE, LABEL_KEY, PROBABILITIES_KEY
-from components.served_model_baseline.component import (ServedBaselineEvaluator,
-                                                        ServedModelBaseline)
+from components.served_model_baseline.component import ServedBaselineEvaluator, ServedModelBaseline
 from components.trainer.config import CHECKPOINT_ROOT_KEY
 from components.trainer.config import CUSTOM_CONFIG_KEY as TRAINING_CONFIG_KEY
 from components.validation_gate.component import DataValidationGate
@@ -26,28 +25,48 @@ from pipeline.tpu import tpu_worker
 
 RUN_FN = "components.trainer.run.run_fn"
 
+# Vertex's prebuilt CPU serving container for TF 2.16 SavedModels.
+VERTEX_SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-16:latest"
+
 
 def eval_config(accuracy_gate: float, max_regression: float) -> tfma.EvalConfig:
     """Overall accuracy must clear the absolute gate and must not regress against the
     baseline; per-class accuracy is reported (sliced by label) but not gated."""
     accuracy = tfma.MetricConfig(
         class_name="SparseCategoricalAccuracy",
-        per_slice_thresholds=[tfma.PerSliceMetricThreshold(
-            slicing_specs=[tfma.SlicingSpec()],
-            threshold=tfma.MetricThreshold(
-                value_threshold=tfma.GenericValueThreshold(lower_bound={"value": accuracy_gate}),
-                change_threshold=tfma.GenericChangeThreshold(
-                    direction=tfma.MetricDirection.HIGHER_IS_BETTER,
-                    absolute={"value": -max_regression})))])
+        per_slice_thresholds=[
+            tfma.PerSliceMetricThreshold(
+                slicing_specs=[tfma.SlicingSpec()],
+                threshold=tfma.MetricThreshold(
+                    value_threshold=tfma.GenericValueThreshold(
+                        lower_bound={"value": accuracy_gate}
+                    ),
+                    change_threshold=tfma.GenericChangeThreshold(
+                        direction=tfma.MetricDirection.HIGHER_IS_BETTER,
+                        absolute={"value": -max_regression},
+                    ),
+                ),
+            )
+        ],
+    )
     return tfma.EvalConfig(
-        model_specs=[tfma.ModelSpec(signature_name=EXAMPLES_SIGNATURE, label_key=LABEL_KEY,
-                                    prediction_key=PROBABILITIES_KEY)],
+        model_specs=[
+            tfma.ModelSpec(
+                signature_name=EXAMPLES_SIGNATURE,
+                label_key=LABEL_KEY,
+                prediction_key=PROBABILITIES_KEY,
+            )
+        ],
         slicing_specs=[tfma.SlicingSpec(), tfma.SlicingSpec(feature_keys=[LABEL_KEY])],
-        metrics_specs=[tfma.MetricsSpec(metrics=[
-            accuracy,
-            tfma.MetricConfig(class_name="ExampleCount"),
-            tfma.MetricConfig(class_name="MultiClassConfusionMatrixPlot"),
-        ])],
+        metrics_specs=[
+            tfma.MetricsSpec(
+                metrics=[
+                    accuracy,
+                    tfma.MetricConfig(class_name="ExampleCount"),
+                    tfma.MetricConfig(class_name="MultiClassConfusionMatrixPlot"),
+                ]
+            )
+        ],
     )
 
 
@@ -59,11 +78,13 @@ def _vertex_training_args(vertex: VertexConfig) -> dict:
     if worker.container_env():
         container["env"] = worker.container_env()
     job_spec: dict = {
-        "worker_pool_specs": [{
-            "machine_spec": worker.machine_spec(),
-            "replica_count": 1,
-            "container_spec": container,
-        }],
+        "worker_pool_specs": [
+            {
+                "machine_spec": worker.machine_spec(),
+                "replica_count": 1,
+                "container_spec": container,
+            }
+        ],
     }
     if vertex.service_account:
         job_spec["service_account"] = vertex.service_account
@@ -86,7 +107,8 @@ def _kubeflow_trainer_resources(kubeflow: KubeflowConfig):
     from kfp.pipeline_spec import pipeline_spec_pb2
 
     resources = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec(
-        cpu_request=kubeflow.trainer_cpu, memory_request=kubeflow.trainer_memory_gb)
+        cpu_request=kubeflow.trainer_cpu, memory_request=kubeflow.trainer_memory_gb
+    )
     if kubeflow.trainer_gpus:
         resources.accelerator.type = kubeflow.gpu_resource
         resources.accelerator.count = kubeflow.trainer_gpus
@@ -101,12 +123,15 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
     )
     schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_path)
     statistics_gen = tfx.components.StatisticsGen(
-        examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"])
+        examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"]
+    )
     example_validator = tfx.components.ExampleValidator(
-        statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"])
+        statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"]
+    )
     validation_gate = DataValidationGate(
         statistics=statistics_gen.outputs["statistics"],
-        anomalies=example_validator.outputs["anomalies"])
+        anomalies=example_validator.outputs["anomalies"],
+    )
 
     trainer_args = dict(
         examples=example_gen.outputs["examples"],
@@ -118,12 +143,15 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
     # Checkpoints live under the pipeline root, keyed by inputs and config (not under the
     # execution's model path, which on Vertex holds the job id), so a retried Trainer resumes.
     checkpoint_root = f"{config.pipeline_root.rstrip('/')}/Trainer/checkpoints"
-    training_config = {TRAINING_CONFIG_KEY: config.training.to_custom_config(),
-                       CHECKPOINT_ROOT_KEY: checkpoint_root}
+    training_config = {
+        TRAINING_CONFIG_KEY: config.training.to_custom_config(),
+        CHECKPOINT_ROOT_KEY: checkpoint_root,
+    }
     if config.vertex is not None:
         trainer = tfx.extensions.google_cloud_ai_platform.Trainer(
             **trainer_args,
-            custom_config={**_vertex_training_args(config.vertex), **training_config})
+            custom_config={**_vertex_training_args(config.vertex), **training_config},
+        )
     else:
         trainer = tfx.components.Trainer(**trainer_args, custom_config=training_config)
     trainer.add_upstream_node(validation_gate)
@@ -134,8 +162,9 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
     # ordinary step, where a Resolver would compile to executors that only some
     # orchestrators implement.
     serving_model_dir = f"{config.serving_dir.rstrip('/')}/{config.model_name}"
-    served_model = ServedModelBaseline(model=trainer.outputs["model"],
-                                       serving_model_dir=serving_model_dir)
+    served_model = ServedModelBaseline(
+        model=trainer.outputs["model"], serving_model_dir=serving_model_dir
+    )
     evaluator = ServedBaselineEvaluator(
         examples=example_gen.outputs["examples"],
         model=trainer.outputs["model"],
@@ -151,14 +180,14 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
             custom_config={
                 vertex_constants.ENABLE_VERTEX_KEY: True,
                 vertex_constants.VERTEX_REGION_KEY: config.vertex.region,
-                vertex_constants.VERTEX_CONTAINER_IMAGE_URI_KEY:
-                    "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-16:latest",
+                vertex_constants.VERTEX_CONTAINER_IMAGE_URI_KEY: VERTEX_SERVING_IMAGE,
                 vertex_constants.SERVING_ARGS_KEY: {
                     "project_id": config.vertex.project,
                     "endpoint_name": config.vertex.endpoint,
                     "machine_type": "n1-standard-4",
                 },
-            })
+            },
+        )
     else:
         pusher = AtomicPusher(
             model=trainer.outputs["model"],
@@ -166,13 +195,25 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
             base_directory=serving_model_dir,
         )
 
-    metadata = (tfx.orchestration.metadata.sqlite_metadata_connection_config(config.metadata_path)
-                if config.metadata_path else None)
+    metadata = (
+        tfx.orchestration.metadata.sqlite_metadata_connection_config(config.metadata_path)
+        if config.metadata_path
+        else None
+    )
     return tfx.dsl.Pipeline(
         pipeline_name=config.pipeline_name,
         pipeline_root=config.pipeline_root,
-        components=[example_gen, schema_gen, statistics_gen, example_validator, validation_gate,
-                    trainer, served_model, evaluator, pusher],
+        components=[
+            example_gen,
+            schema_gen,
+            statistics_gen,
+            example_validator,
+            validation_gate,
+            trainer,
+            served_model,
+            evaluator,
+            pusher,
+        ],
         enable_cache=config.enable_cache,
         metadata_connection_config=metadata,
         beam_pipeline_args=list(config.beam_args),

@@ -28,8 +28,10 @@ class TpuWorker:
         """Environment for the trainer container (the Dockerfile puts libtpu.so in /lib)."""
         if not self.pjrt:
             return []
-        return [{"name": "NEXT_PLUGGABLE_DEVICE_USE_C_API", "value": "true"},
-                {"name": "TF_PLUGGABLE_DEVICE_LIBRARY_PATH", "value": "/lib/libtpu.so"}]
+        return [
+            {"name": "NEXT_PLUGGABLE_DEVICE_USE_C_API", "value": "true"},
+            {"name": "TF_PLUGGABLE_DEVICE_LIBRARY_PATH", "value": "/lib/libtpu.so"},
+        ]
 
     def machine_spec(self) -> dict[str, Any]:
         """The `machine_spec` of a Vertex WorkerPoolSpec, in its JSON field names."""
@@ -40,13 +42,16 @@ class TpuWorker:
         return spec
 
 
-TPU_WORKERS = {worker.name: worker for worker in (
-    TpuWorker("v2-8", "cloud-tpu", 8, "TPU_V2", 8),
-    TpuWorker("v3-8", "cloud-tpu", 8, "TPU_V3", 8),
-    TpuWorker("v5litepod-1", "ct5lp-hightpu-1t", 1, pjrt=True),
-    TpuWorker("v5litepod-4", "ct5lp-hightpu-4t", 4, pjrt=True),
-    TpuWorker("v5litepod-8", "ct5lp-hightpu-8t", 8, pjrt=True),
-)}
+TPU_WORKERS = {
+    worker.name: worker
+    for worker in (
+        TpuWorker("v2-8", "cloud-tpu", 8, "TPU_V2", 8),
+        TpuWorker("v3-8", "cloud-tpu", 8, "TPU_V3", 8),
+        TpuWorker("v5litepod-1", "ct5lp-hightpu-1t", 1, pjrt=True),
+        TpuWorker("v5litepod-4", "ct5lp-hightpu-4t", 4, pjrt=True),
+        TpuWorker("v5litepod-8", "ct5lp-hightpu-8t", 8, pjrt=True),
+    )
+}
 # Vertex's accelerator enum names; Vertex offers them with exactly 8 cores.
 VERTEX_ENUM_NAMES = {"TPU_V2": "v2-8", "TPU_V3": "v3-8"}
 ACCEPTED_NAMES = (*TPU_WORKERS, *VERTEX_ENUM_NAMES)
@@ -60,10 +65,14 @@ def tpu_worker(name: str, cores: int | None = None) -> TpuWorker:
     canonical = VERTEX_ENUM_NAMES.get(name, name)
     worker = TPU_WORKERS.get(canonical)
     if worker is None:
-        raise ValueError(f"--tpu-type '{name}' is not offered here for TensorFlow training on "
-                         f"Vertex AI; choose one of {', '.join(ACCEPTED_NAMES)} (single-host "
-                         "slices only)")
+        raise ValueError(
+            f"--tpu-type '{name}' is not offered here for TensorFlow training on "
+            f"Vertex AI; choose one of {', '.join(ACCEPTED_NAMES)} (single-host "
+            "slices only)"
+        )
     if cores is not None and cores != worker.replicas:
-        raise ValueError(f"--tpu-cores {cores} does not match --tpu-type {name}, which has "
-                         f"{worker.replicas}; leave --tpu-cores out")
+        raise ValueError(
+            f"--tpu-cores {cores} does not match --tpu-type {name}, which has "
+            f"{worker.replicas}; leave --tpu-cores out"
+        )
     return worker

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
 from pipeline.config import PipelineConfig, TrainingConfig, VertexConfig
 from pipeline.tpu import tpu_worker
@@ -34,65 +35,101 @@ LABEL_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 LABEL_VALUE_PATTERN = re.compile(r"[a-z0-9_-]{0,63}")
 
 
-def parse_labels(items: list[str] | tuple[str, ...], flag: str = "--label"
-                 ) -> tuple[tuple[str, str], ...]:
+def parse_labels(
+    items: list[str] | tuple[str, ...], flag: str = "--label"
+) -> tuple[tuple[str, str], ...]:
     """KEY=VALUE pairs as Google Cloud accepts them (lowercase letters, digits, _ and -)."""
     labels: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not LABEL_PATTERN.fullmatch(key) or not LABEL_VALUE_PATTERN.fullmatch(value):
-            raise ValueError(f"{flag} '{item}' must be KEY=VALUE: lowercase letters, digits, _ "
-                             "or -, at most 63 characters, the key starting with a letter")
+            raise ValueError(
+                f"{flag} '{item}' must be KEY=VALUE: lowercase letters, digits, _ "
+                "or -, at most 63 characters, the key starting with a letter"
+            )
         labels[key] = value
     return tuple(sorted(labels.items()))
 
 
-def _dataflow_args(project: str, region: str, temp_location: str, image: str,
-                   service_account: str, extra: tuple[str, ...]) -> tuple[str, ...]:
+def _dataflow_args(
+    project: str,
+    region: str,
+    temp_location: str,
+    image: str,
+    service_account: str,
+    extra: tuple[str, ...],
+) -> tuple[str, ...]:
     """Beam options for Dataflow workers running the pipeline image; `extra` (--beam-arg)
     comes last, so it wins over these defaults."""
     if not temp_location.startswith("gs://"):
         raise ValueError("--dataflow-temp-location gs://... is required with --dataflow-region")
-    args = ["--runner=DataflowRunner", f"--project={project}", f"--region={region}",
-            f"--temp_location={temp_location}", f"--sdk_container_image={image}"]
+    args = [
+        "--runner=DataflowRunner",
+        f"--project={project}",
+        f"--region={region}",
+        f"--temp_location={temp_location}",
+        f"--sdk_container_image={image}",
+    ]
     if service_account and not any(a.startswith("--service_account_email") for a in extra):
         args.append(f"--service_account_email={service_account}")
     return (*args, *extra)
 
 
-def vertex_config(*, project: str, region: str, pipeline_root: str, image: str, source_uri: str,
-                  training: TrainingConfig, tpu_type: str = "v2-8", tpu_count: int | None = None,
-                  dataflow_region: str = "", dataflow_temp_location: str = "",
-                  endpoint: str = "", source_fingerprint: str = "",
-                  beam_args: tuple[str, ...] = (), service_account: str = "",
-                  network: str = "", labels: tuple[tuple[str, str], ...] = (),
-                  tpu_image: str = "", pipeline_name: str = "cifar10",
-                  **overrides) -> PipelineConfig:
+def vertex_config(
+    *,
+    project: str,
+    region: str,
+    pipeline_root: str,
+    image: str,
+    source_uri: str,
+    training: TrainingConfig,
+    tpu_type: str = "v2-8",
+    tpu_count: int | None = None,
+    dataflow_region: str = "",
+    dataflow_temp_location: str = "",
+    endpoint: str = "",
+    source_fingerprint: str = "",
+    beam_args: tuple[str, ...] = (),
+    service_account: str = "",
+    network: str = "",
+    labels: tuple[tuple[str, str], ...] = (),
+    tpu_image: str = "",
+    pipeline_name: str = "cifar10",
+    **overrides,
+) -> PipelineConfig:
     """The Vertex configuration; bad values raise ValueError naming the flag."""
     if not pipeline_root.startswith("gs://"):
         raise ValueError(f"--pipeline-root must be a gs:// URI, got '{pipeline_root}'")
     if not source_uri.startswith("gs://"):
-        raise ValueError(f"--data must be a gs:// URI on Vertex (copy the archive to GCS "
-                         f"first), got '{source_uri}'")
+        raise ValueError(
+            f"--data must be a gs:// URI on Vertex (copy the archive to GCS "
+            f"first), got '{source_uri}'"
+        )
     worker = tpu_worker(tpu_type, tpu_count)
     for arg in beam_args:
         if not arg.startswith("--"):
-            raise ValueError(f"--beam-arg '{arg}' must be a Beam option such as "
-                             "--beam-arg=--disk_size_gb=50")
+            raise ValueError(
+                f"--beam-arg '{arg}' must be a Beam option such as --beam-arg=--disk_size_gb=50"
+            )
     if network and not re.fullmatch(r"projects/[^/]+/global/networks/[^/]+", network):
-        raise ValueError(f"--network must be projects/PROJECT_NUMBER/global/networks/NAME, "
-                         f"got '{network}'")
+        raise ValueError(
+            f"--network must be projects/PROJECT_NUMBER/global/networks/NAME, got '{network}'"
+        )
     if dataflow_region:
-        beam_args = _dataflow_args(project, dataflow_region, dataflow_temp_location, image,
-                                   service_account, beam_args)
+        beam_args = _dataflow_args(
+            project, dataflow_region, dataflow_temp_location, image, service_account, beam_args
+        )
     root = pipeline_root.rstrip("/")
     if training.strategy not in ("auto", "tpu"):
-        raise ValueError(f"--strategy {training.strategy} cannot run on the Vertex Cloud TPU "
-                         "worker pool; leave --strategy at auto (or pass tpu)")
+        raise ValueError(
+            f"--strategy {training.strategy} cannot run on the Vertex Cloud TPU "
+            "worker pool; leave --strategy at auto (or pass tpu)"
+        )
     if training.cpu_replicas:
         raise ValueError("--cpu-replicas splits a local CPU; it has no meaning on a Cloud TPU")
-    tpu_training = TrainingConfig(**{**training.to_custom_config(), "strategy": "tpu",
-                                     "tpu": training.tpu or "local"})
+    tpu_training = TrainingConfig(
+        **{**training.to_custom_config(), "strategy": "tpu", "tpu": training.tpu or "local"}
+    )
     return PipelineConfig(
         pipeline_name=pipeline_name,
         pipeline_root=root,
@@ -103,11 +140,19 @@ def vertex_config(*, project: str, region: str, pipeline_root: str, image: str, 
         schema_path=CONTAINER_SCHEMA_PATH,
         training=tpu_training,
         beam_args=tuple(beam_args),
-        vertex=VertexConfig(project=project, region=region, image=image, tpu_type=worker.name,
-                            tpu_image=tpu_image,
-                            service_account=service_account, network=network, labels=labels,
-                            dataflow_region=dataflow_region,
-                            dataflow_temp_location=dataflow_temp_location, endpoint=endpoint),
+        vertex=VertexConfig(
+            project=project,
+            region=region,
+            image=image,
+            tpu_type=worker.name,
+            tpu_image=tpu_image,
+            service_account=service_account,
+            network=network,
+            labels=labels,
+            dataflow_region=dataflow_region,
+            dataflow_temp_location=dataflow_temp_location,
+            endpoint=endpoint,
+        ),
         **overrides,
     )
 
@@ -129,8 +174,11 @@ def compile_pipeline(config: PipelineConfig, output: Path) -> Path:
     output.parent.mkdir(parents=True, exist_ok=True)
     runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
         config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
-            default_image=config.vertex.image),
-        output_dir=str(output.parent), output_filename=output.name)
+            default_image=config.vertex.image
+        ),
+        output_dir=str(output.parent),
+        output_filename=output.name,
+    )
     runner.run(create_pipeline(config), write_out=True)
     return output
 
@@ -148,8 +196,10 @@ def _read_pipeline_job(path: Path) -> dict[str, Any]:
         raise ValueError(str(err).splitlines()[0]) from err
     if not isinstance(spec, dict):
         raise ValueError("not a YAML mapping")
-    return {"pipelineSpec": spec,
-            "runtimeConfig": {"gcsOutputDirectory": spec.get("defaultPipelineRoot", "")}}
+    return {
+        "pipelineSpec": spec,
+        "runtimeConfig": {"gcsOutputDirectory": spec.get("defaultPipelineRoot", "")},
+    }
 
 
 @dataclass(frozen=True)
@@ -170,33 +220,47 @@ class Submission:
 
     def describe(self) -> str:
         caching = {None: "as compiled", True: "on", False: "off"}[self.enable_caching]
-        return "\n".join([
-            f"would submit PipelineJob '{self.display_name}'",
-            f"  to         projects/{self.project}/locations/{self.region}",
-            f"  root       {self.pipeline_root}",
-            f"  images     {', '.join(self.images)}",
-            f"  tasks      {', '.join(self.tasks)}",
-            f"  runs as    {self.service_account or '(the project default service account)'}",
-            f"  network    {self.network or '(none)'}",
-            f"  labels     {', '.join(f'{k}={v}' for k, v in self.labels) or '(none)'}",
-            f"  caching    {caching}",
-        ])
+        return "\n".join(
+            [
+                f"would submit PipelineJob '{self.display_name}'",
+                f"  to         projects/{self.project}/locations/{self.region}",
+                f"  root       {self.pipeline_root}",
+                f"  images     {', '.join(self.images)}",
+                f"  tasks      {', '.join(self.tasks)}",
+                f"  runs as    {self.service_account or '(the project default service account)'}",
+                f"  network    {self.network or '(none)'}",
+                f"  labels     {', '.join(f'{k}={v}' for k, v in self.labels) or '(none)'}",
+                f"  caching    {caching}",
+            ]
+        )
 
 
 def _trainer_settings(spec: dict) -> dict:
     """The Vertex Trainer's custom_config as compiled (project, region, CustomJob spec)."""
     trainer = spec["root"]["dag"]["tasks"].get("Trainer", {})
-    value = (trainer.get("inputs", {}).get("parameters", {}).get("custom_config", {})
-             .get("runtimeValue", {}).get("constantValue", {}).get("stringValue", ""))
+    value = (
+        trainer.get("inputs", {})
+        .get("parameters", {})
+        .get("custom_config", {})
+        .get("runtimeValue", {})
+        .get("constantValue", {})
+        .get("stringValue", "")
+    )
     try:
         return json.loads(value) if value else {}
     except json.JSONDecodeError:
         return {}
 
 
-def load_submission(path: Path, project: str = "", region: str = "", service_account: str = "",
-                    network: str = "", labels: tuple[tuple[str, str], ...] = (),
-                    enable_caching: bool | None = None) -> Submission:
+def load_submission(
+    path: Path,
+    project: str = "",
+    region: str = "",
+    service_account: str = "",
+    network: str = "",
+    labels: tuple[tuple[str, str], ...] = (),
+    enable_caching: bool | None = None,
+) -> Submission:
     """Validates a compiled file (YAML, or the older JSON) against the submit-time
     settings (no network).
 
@@ -210,20 +274,26 @@ def load_submission(path: Path, project: str = "", region: str = "", service_acc
         raise SubmitError(f"{path}: not a readable pipeline file ({err})") from err
     spec = job.get("pipelineSpec", {}) if isinstance(job, dict) else {}
     if not spec.get("root", {}).get("dag", {}).get("tasks") or "deploymentSpec" not in spec:
-        raise SubmitError(f"{path}: not a compiled Vertex pipeline (no pipelineSpec DAG); "
-                          "create it with `cifar10-pipeline compile --target vertex`")
+        raise SubmitError(
+            f"{path}: not a compiled Vertex pipeline (no pipelineSpec DAG); "
+            "create it with `cifar10-pipeline compile --target vertex`"
+        )
     root = job.get("runtimeConfig", {}).get("gcsOutputDirectory", "")
     if not root.startswith("gs://"):
         raise SubmitError(f"{path}: runtimeConfig.gcsOutputDirectory must be a gs:// URI")
     trainer = _trainer_settings(spec)
     training_args = trainer.get(TRAINING_ARGS_KEY, {})
-    compiled = {"project": training_args.get("project", ""),
-                "region": trainer.get(VERTEX_REGION_KEY, "")}
+    compiled = {
+        "project": training_args.get("project", ""),
+        "region": trainer.get(VERTEX_REGION_KEY, ""),
+    }
     chosen = {"project": project, "region": region}
     for flag, value in chosen.items():
         if value and compiled[flag] and value != compiled[flag]:
-            raise SubmitError(f"{path} was compiled for {flag} '{compiled[flag]}', not "
-                              f"'{value}': compile again with --{flag} {value}")
+            raise SubmitError(
+                f"{path} was compiled for {flag} '{compiled[flag]}', not "
+                f"'{value}': compile again with --{flag} {value}"
+            )
         chosen[flag] = value or compiled[flag]
         if not chosen[flag]:
             raise SubmitError(f"{path} names no {flag}; pass --{flag}")
@@ -231,14 +301,18 @@ def load_submission(path: Path, project: str = "", region: str = "", service_acc
     name = re.sub(r"[^a-z0-9-]", "-", spec.get("pipelineInfo", {}).get("name", "cifar10").lower())
     executors = spec["deploymentSpec"].get("executors", {}).values()
     return Submission(
-        template_path=Path(path), display_name=f"{name}-{time.strftime('%Y%m%d-%H%M%S')}",
-        project=chosen["project"], region=chosen["region"], pipeline_root=root,
+        template_path=Path(path),
+        display_name=f"{name}-{time.strftime('%Y%m%d-%H%M%S')}",
+        project=chosen["project"],
+        region=chosen["region"],
+        pipeline_root=root,
         tasks=tuple(sorted(spec["root"]["dag"]["tasks"])),
         images=tuple(sorted({e.get("container", {}).get("image", "") for e in executors} - {""})),
         service_account=service_account or job_spec.get("service_account", ""),
         network=network or job_spec.get("network", ""),
         labels=tuple(sorted({**training_args.get("labels", {}), **dict(labels)}.items())),
-        enable_caching=enable_caching)
+        enable_caching=enable_caching,
+    )
 
 
 @contextmanager
@@ -250,14 +324,16 @@ def _one_line_errors(endpoint: str):
     try:
         yield
     except auth_exceptions.DefaultCredentialsError as err:
-        raise SubmitError("no Google Cloud credentials found: run `gcloud auth "
-                          "application-default login` or set GOOGLE_APPLICATION_CREDENTIALS"
-                          ) from err
+        raise SubmitError(
+            "no Google Cloud credentials found: run `gcloud auth "
+            "application-default login` or set GOOGLE_APPLICATION_CREDENTIALS"
+        ) from err
     except api_exceptions.GoogleAPICallError as err:
         raise SubmitError(f"Vertex AI refused the job: {err.code} {err.message}") from err
     except (api_exceptions.RetryError, OSError, auth_exceptions.TransportError) as err:
-        raise SubmitError(f"could not reach the Vertex AI API at {endpoint}: "
-                          f"{str(err).splitlines()[0]}") from err
+        raise SubmitError(
+            f"could not reach the Vertex AI API at {endpoint}: {str(err).splitlines()[0]}"
+        ) from err
 
 
 def api_endpoint_of(region: str, api_endpoint: str = "") -> str:
@@ -273,16 +349,27 @@ def submit(submission: Submission, api_endpoint: str = "", credentials=None):
     with _one_line_errors(endpoint):
         if credentials is None:  # explicitly, so no earlier aiplatform.init's credentials stay
             credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
-        aiplatform.init(project=submission.project, location=submission.region,
-                        credentials=credentials, api_endpoint=endpoint, api_transport="rest")
+        aiplatform.init(
+            project=submission.project,
+            location=submission.region,
+            credentials=credentials,
+            api_endpoint=endpoint,
+            api_transport="rest",
+        )
         job = aiplatform.PipelineJob(
-            display_name=submission.display_name, job_id=submission.display_name,
+            display_name=submission.display_name,
+            job_id=submission.display_name,
             template_path=str(submission.template_path),
-            pipeline_root=submission.pipeline_root, enable_caching=submission.enable_caching,
-            labels=dict(submission.labels), project=submission.project,
-            location=submission.region, credentials=credentials)
-        job.submit(service_account=submission.service_account or None,
-                   network=submission.network or None)
+            pipeline_root=submission.pipeline_root,
+            enable_caching=submission.enable_caching,
+            labels=dict(submission.labels),
+            project=submission.project,
+            location=submission.region,
+            credentials=credentials,
+        )
+        job.submit(
+            service_account=submission.service_account or None, network=submission.network or None
+        )
     return job
 
 

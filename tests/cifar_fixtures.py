@@ -13,8 +13,18 @@ from pathlib import Path
 
 import numpy as np
 
-LABEL_NAMES = ("airplane", "automobile", "bird", "cat", "deer",
-               "dog", "frog", "horse", "ship", "truck")
+LABEL_NAMES = (
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+)
 
 
 def make_images(labels: np.ndarray, seed: int = 0) -> np.ndarray:
@@ -56,32 +66,37 @@ def write_tar(path: Path, members: dict[str, bytes]) -> Path:
     return path
 
 
-def binary_archive(path: Path, batches: int = 2, per_class: int = 10,
-                   with_test: bool = False) -> Path:
+def binary_archive(
+    path: Path, batches: int = 2, per_class: int = 10, with_test: bool = False
+) -> Path:
     members = {"cifar-10-batches-bin/batches.meta.txt": "\n".join(LABEL_NAMES).encode()}
     for b in range(1, batches + 1):
         members[f"cifar-10-batches-bin/data_batch_{b}.bin"] = binary_batch(
-            balanced_labels(per_class, seed=b), seed=b)
+            balanced_labels(per_class, seed=b), seed=b
+        )
     if with_test:
         members["cifar-10-batches-bin/test_batch.bin"] = binary_batch(
-            balanced_labels(per_class, seed=99), seed=99)
+            balanced_labels(per_class, seed=99), seed=99
+        )
     return write_tar(path, members)
 
 
-def python_archive(path: Path, batches: int = 2, per_class: int = 10,
-                   with_test: bool = False) -> Path:
+def python_archive(
+    path: Path, batches: int = 2, per_class: int = 10, with_test: bool = False
+) -> Path:
     members = {}
     for b in range(1, batches + 1):
         members[f"cifar-10-batches-py/data_batch_{b}"] = python_batch(
-            balanced_labels(per_class, seed=b), seed=b)
+            balanced_labels(per_class, seed=b), seed=b
+        )
     if with_test:
         members["cifar-10-batches-py/test_batch"] = python_batch(
-            balanced_labels(per_class, seed=99), seed=99)
+            balanced_labels(per_class, seed=99), seed=99
+        )
     return write_tar(path, members)
 
 
-def image_folder(root: Path, per_class: int = 3, splits=("train", "test"),
-                 size: int = 32) -> Path:
+def image_folder(root: Path, per_class: int = 3, splits=("train", "test"), size: int = 32) -> Path:
     from PIL import Image
 
     for split_index, split in enumerate(splits):

@@ -5,15 +5,16 @@ import os
 
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
-import json  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
+import json
+import subprocess
+import sys
+from pathlib import Path
 
-import pytest  # noqa: E402
+import pytest
 
-import components  # noqa: E402, F401
-import cifar_fixtures as fx  # noqa: E402
+import components  # noqa: F401
+
+import cifar_fixtures as fx
 
 FAST_TRAINING = ["--epochs", "3", "--per-replica-batch-size", "64"]
 
@@ -22,8 +23,13 @@ def cli(*args, timeout=900):
     """`cifar10-pipeline ARGS` in a fresh CPU-only process."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     env.pop("CIFAR10_DATA", None)
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *map(str, args)],
-                          capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def versions(out: Path):
@@ -33,15 +39,17 @@ def versions(out: Path):
 
 @pytest.fixture(scope="session")
 def tiny_archive(tmp_path_factory):
-    return fx.binary_archive(tmp_path_factory.mktemp("data") / "cifar.tar.gz",
-                             batches=2, per_class=60)
+    return fx.binary_archive(
+        tmp_path_factory.mktemp("data") / "cifar.tar.gz", batches=2, per_class=60
+    )
 
 
 @pytest.fixture(scope="session")
 def first_run(tiny_archive, tmp_path_factory):
     """One end-to-end run on tiny data, shared by the tests that inspect its results."""
     out = tmp_path_factory.mktemp("run")
-    done = cli("run", "--data", tiny_archive, "--output-dir", out, "--accuracy-gate", "0.5",
-               *FAST_TRAINING)
+    done = cli(
+        "run", "--data", tiny_archive, "--output-dir", out, "--accuracy-gate", "0.5", *FAST_TRAINING
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return out, json.loads((out / "run_summary.json").read_text()), done

@@ -60,15 +60,19 @@ def _model(tmp_path, name):
 
 
 def _files(directory):
-    return {os.path.relpath(path, directory): Path(path).read_bytes()
-            for path in (os.path.join(root, n) for root, _, names in os.walk(directory)
-                         for n in names)}
+    return {
+        os.path.relpath(path, directory): Path(path).read_bytes()
+        for path in (os.path.join(root, n) for root, _, names in os.walk(directory) for n in names)
+    }
 
 
 def _loadable_versions(base):
     """What TF Serving would load: numeric folders that have a saved_model.pb."""
-    return {name: _files(os.path.join(base, name)) for name in os.listdir(base)
-            if name.isdigit() and os.path.exists(os.path.join(base, name, "saved_model.pb"))}
+    return {
+        name: _files(os.path.join(base, name))
+        for name in os.listdir(base)
+        if name.isdigit() and os.path.exists(os.path.join(base, name, "saved_model.pb"))
+    }
 
 
 def _expected(model_path):
@@ -76,7 +80,8 @@ def _expected(model_path):
 
 
 def test_a_push_killed_after_any_object_never_exposes_a_loadable_partial_version(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     first, second = _model(tmp_path, "first"), _model(tmp_path, "second")
     objects = len(MODEL_FILES) + 1  # the model's files and PUSHED_FROM
     for kill_after in range(objects):

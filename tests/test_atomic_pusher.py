@@ -28,8 +28,11 @@ def _blessing(tmp_path, blessed: bool):
 def _push(tmp_path, model, blessed, base):
     pushed = standard_artifacts.PushedModel()
     pushed.uri = str(tmp_path / "pushed")
-    pusher.Executor().Do({"model": [model], "model_blessing": [_blessing(tmp_path, blessed)]},
-                         {"pushed_model": [pushed]}, {pusher.BASE_DIRECTORY_KEY: str(base)})
+    pusher.Executor().Do(
+        {"model": [model], "model_blessing": [_blessing(tmp_path, blessed)]},
+        {"pushed_model": [pushed]},
+        {pusher.BASE_DIRECTORY_KEY: str(base)},
+    )
     return pushed
 
 

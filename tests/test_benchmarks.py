@@ -19,21 +19,50 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 def _summary(val_accuracies: list[float]) -> RunSummary:
     training = TrainingSummary(
-        model="airbench", strategy="default", replicas=1, per_replica_batch_size=512,
-        global_batch_size=512, epochs=len(val_accuracies), resumed_from_epoch=0,
-        learning_rate=0.4, precision="float32", precision_reason="CPU X: no native bf16",
-        hardware={}, train_records=45000, eval_records=5000, forward_flops_per_image=40_000_000,
-        training_images_seen=45_000, training_flops=5_400_000_000_000, load_seconds=4.0,
-        fit_seconds=270.0, export_seconds=12.0, trainer_seconds=300.0,
-        final_eval_accuracy_without_tta=val_accuracies[-1])
+        model="airbench",
+        strategy="default",
+        replicas=1,
+        per_replica_batch_size=512,
+        global_batch_size=512,
+        epochs=len(val_accuracies),
+        resumed_from_epoch=0,
+        learning_rate=0.4,
+        precision="float32",
+        precision_reason="CPU X: no native bf16",
+        hardware={},
+        train_records=45000,
+        eval_records=5000,
+        forward_flops_per_image=40_000_000,
+        training_images_seen=45_000,
+        training_flops=5_400_000_000_000,
+        load_seconds=4.0,
+        fit_seconds=270.0,
+        export_seconds=12.0,
+        trainer_seconds=300.0,
+        final_eval_accuracy_without_tta=val_accuracies[-1],
+    )
     return RunSummary(
-        run_id="run", record_counts={"train": 45000, "eval": 5000},
-        stage_seconds={"Cifar10ExampleGen": 30.0, "ImportSchemaGen": 0.1, "StatisticsGen": 7.0,
-                       "ExampleValidator": 0.1, "DataValidationGate": 0.1, "Trainer": 300.0,
-                       "Evaluator": 10.0, "AtomicPusher": 0.0},
-        stage_states={}, artifacts={}, training=training, blessed=True,
-        history=[{"epoch": i + 1, "seconds": 22.0, "val_accuracy": acc}
-                 for i, acc in enumerate(val_accuracies)])
+        run_id="run",
+        record_counts={"train": 45000, "eval": 5000},
+        stage_seconds={
+            "Cifar10ExampleGen": 30.0,
+            "ImportSchemaGen": 0.1,
+            "StatisticsGen": 7.0,
+            "ExampleValidator": 0.1,
+            "DataValidationGate": 0.1,
+            "Trainer": 300.0,
+            "Evaluator": 10.0,
+            "AtomicPusher": 0.0,
+        },
+        stage_states={},
+        artifacts={},
+        training=training,
+        blessed=True,
+        history=[
+            {"epoch": i + 1, "seconds": 22.0, "val_accuracy": acc}
+            for i, acc in enumerate(val_accuracies)
+        ],
+    )
 
 
 def test_time_to_accuracy_is_stages_then_trainer_startup_then_epochs():
@@ -45,19 +74,37 @@ def test_time_to_accuracy_is_stages_then_trainer_startup_then_epochs():
 
 def test_render_reports_probe_and_pipeline_rows():
     summary = _summary([0.5, 0.81])
-    run = {"summary": summary.to_json(), "wall_seconds": 400.0, "exit_status": 0,
-           "time_to_80_seconds": bench.time_to_accuracy(summary, 0.80)}
+    run = {
+        "summary": summary.to_json(),
+        "wall_seconds": 400.0,
+        "exit_status": 0,
+        "time_to_80_seconds": bench.time_to_accuracy(summary, 0.80),
+    }
     results = {
-        "classic": {"epochs": 3, "median_seconds_per_epoch": 60.0, "eval_accuracy": 0.33,
-                    "projected_full_run_seconds": 3000.0},
-        "probe": {"settings": {"default": {"images_per_second": 2000.0,
-                                           "relative_to_default": 1.0,
-                                           "first_step_seconds": 1.0}}},
+        "classic": {
+            "epochs": 3,
+            "median_seconds_per_epoch": 60.0,
+            "eval_accuracy": 0.33,
+            "projected_full_run_seconds": 3000.0,
+        },
+        "probe": {
+            "settings": {
+                "default": {
+                    "images_per_second": 2000.0,
+                    "relative_to_default": 1.0,
+                    "first_step_seconds": 1.0,
+                }
+            }
+        },
         "pipeline": run,
-        "peak": {"precision": "float32", "precision_reason": "CPU X: no native bf16",
-                 "hardware": {"cpu_model": "X", "cpu_flags": ["avx2"]},
-                 "conv3x3_gflops": 100.0, "matmul_gflops": 110.0,
-                 "training_flops_per_image": 120e6},
+        "peak": {
+            "precision": "float32",
+            "precision_reason": "CPU X: no native bf16",
+            "hardware": {"cpu_model": "X", "cpu_flags": ["avx2"]},
+            "conv3x3_gflops": 100.0,
+            "matmul_gflops": 110.0,
+            "training_flops_per_image": 120e6,
+        },
     }
     table = bench.render(results)
     assert "300.0 = 4.0 + 14.0 + 270.0 + 12.0" in table
@@ -72,13 +119,34 @@ def test_render_reports_probe_and_pipeline_rows():
 @pytest.mark.parametrize("input_kind", ["cached", "fixed", "tfrecord"])
 def test_throughput_probe_measures_each_input(tmp_path, input_kind):
     rng = np.random.default_rng(0)
-    arrays = {"train": (rng.integers(0, 256, (64, 32, 32, 3), dtype=np.uint8),
-                        rng.integers(0, 10, 64).astype(np.int64))}
+    arrays = {
+        "train": (
+            rng.integers(0, 256, (64, 32, 32, 3), dtype=np.uint8),
+            rng.integers(0, 10, 64).astype(np.int64),
+        )
+    }
     npz, records = bench._write_probe_inputs(arrays, tmp_path)
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.throughput", "--arrays", str(npz),
-         "--tfrecords", str(records), "--steps", "2", "--batch", "16", "--input", input_kind],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.throughput",
+            "--arrays",
+            str(npz),
+            "--tfrecords",
+            str(records),
+            "--steps",
+            "2",
+            "--batch",
+            "16",
+            "--input",
+            input_kind,
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     measured = json.loads(done.stdout.strip().splitlines()[-1])
     assert measured["images_per_second"] > 0 and measured["first_step_seconds"] > 0
@@ -86,8 +154,12 @@ def test_throughput_probe_measures_each_input(tmp_path, input_kind):
 
 @pytest.mark.integration
 def test_peak_probe_reports_conv_and_matmul_throughput():
-    done = subprocess.run([sys.executable, "-m", "benchmarks.peak", "--precision", "float32",
-                           "--min-seconds", "0.1"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.peak", "--precision", "float32", "--min-seconds", "0.1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     measured = json.loads(done.stdout.strip().splitlines()[-1])
     assert measured["precision"] == "float32"

@@ -50,7 +50,7 @@ def _check_installs(stage, pins, allowed_replacement=None):
     for command in stage["runs"]:
         if not _pip(command) or "install" not in command:
             continue
-        args = command[command.index("install") + 1:]
+        args = command[command.index("install") + 1 :]
         assert "--no-deps" in args, f"re-resolves dependencies: {command}"
         targets = [a for a in args if not a.startswith("-")]
         if "-r" in args:
@@ -59,12 +59,13 @@ def _check_installs(stage, pins, allowed_replacement=None):
             assert targets == ["."], command
         else:
             for target in targets:
-                url = stage["args"].get(target.strip("${}\"'$"), target)
+                url = stage["args"].get(target.strip("${}\"'"), target)
                 match = WHEEL.search(url)
                 assert match, f"unpinned or unknown install: {target}"
                 name, version = match.group(1).lower().replace("_", "-"), match.group(2)
-                assert allowed_replacement and name == allowed_replacement, \
+                assert allowed_replacement and name == allowed_replacement, (
                     f"{name} is not installed from the lock"
+                )
                 installed.append((name, version))
     return installed
 
@@ -74,8 +75,16 @@ def test_the_cpu_image_installs_only_the_lock_and_the_project():
     default = list(stages)[-1]
     assert stages[default]["runs"] == []  # nothing on top of the shared stage
     base = stages[stages[default]["from"]]
-    assert ["python", "-m", "pip", "install", "--no-cache-dir", "--no-deps", "-r",
-            "requirements.lock"] in base["runs"]
+    assert [
+        "python",
+        "-m",
+        "pip",
+        "install",
+        "--no-cache-dir",
+        "--no-deps",
+        "-r",
+        "requirements.lock",
+    ] in base["runs"]
     assert _check_installs(base, pins) == []
     assert "tensorflow" in pins and "tf-keras" in pins and "google-cloud-aiplatform" in pins
 

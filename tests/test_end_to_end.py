@@ -10,14 +10,24 @@ from pathlib import Path
 
 import pytest
 
-import cifar_fixtures as fx
-from conftest import FAST_TRAINING as FAST, cli, versions
 from pipeline.summary import RunSummary
+
+import cifar_fixtures as fx
+from conftest import FAST_TRAINING as FAST
+from conftest import cli, versions
 
 pytestmark = pytest.mark.integration  # full pipeline runs in subprocesses
 
-STAGES = ["Cifar10ExampleGen", "ImportSchemaGen", "StatisticsGen", "ExampleValidator",
-          "DataValidationGate", "Trainer", "Evaluator", "AtomicPusher"]
+STAGES = [
+    "Cifar10ExampleGen",
+    "ImportSchemaGen",
+    "StatisticsGen",
+    "ExampleValidator",
+    "DataValidationGate",
+    "Trainer",
+    "Evaluator",
+    "AtomicPusher",
+]
 
 
 def test_run_blesses_and_pushes_with_a_full_summary(first_run):
@@ -51,8 +61,16 @@ def test_predict_in_a_fresh_cpu_process_matches_the_trainer_model(first_run, tmp
         files.append(tmp_path / f"img{i}.png")
         Image.fromarray(image).save(files[-1])
     (tmp_path / "notes.png").write_text("not an image")
-    done = cli("predict", "--model-dir", out / "serving" / "cifar10", "--json", "--top", "1",
-               *files, tmp_path / "notes.png")
+    done = cli(
+        "predict",
+        "--model-dir",
+        out / "serving" / "cifar10",
+        "--json",
+        "--top",
+        "1",
+        *files,
+        tmp_path / "notes.png",
+    )
     assert done.returncode == 2  # one file failed, the others were classified
     assert "notes.png: not a PNG or JPEG image" in done.stderr
     predicted = [json.loads(line)["top"][0]["class"] for line in done.stdout.splitlines()]
@@ -60,9 +78,18 @@ def test_predict_in_a_fresh_cpu_process_matches_the_trainer_model(first_run, tmp
 
     [model_dir] = (out / "artifacts" / "Trainer" / "model").glob("*/Format-Serving")
     serve = tf.saved_model.load(str(model_dir)).signatures["serving_examples"]
-    examples = [tf.train.Example(features=tf.train.Features(feature={"image_raw": tf.train.Feature(
-        bytes_list=tf.train.BytesList(value=[image.tobytes()]))})).SerializeToString()
-        for image in images]
+    examples = [
+        tf.train.Example(
+            features=tf.train.Features(
+                feature={
+                    "image_raw": tf.train.Feature(
+                        bytes_list=tf.train.BytesList(value=[image.tobytes()])
+                    )
+                }
+            )
+        ).SerializeToString()
+        for image in images
+    ]
     in_process = [c.decode() for c in serve(examples=tf.constant(examples))["classes"].numpy()]
     assert predicted == in_process
 
@@ -89,13 +116,24 @@ def test_rerun_is_a_cache_hit_that_trains_and_pushes_nothing(scenario, tiny_arch
     assert "Trainer reused its model" in done.stdout
 
 
-@pytest.mark.parametrize("change, reran, reused", [
-    (["--accuracy-gate", "0.4"], {"Evaluator"}, {"Cifar10ExampleGen", "StatisticsGen", "Trainer"}),
-    (["--epochs", "2"], {"Trainer", "Evaluator"}, {"Cifar10ExampleGen", "StatisticsGen",
-                                                   "ExampleValidator"}),
-])
-def test_config_change_invalidates_only_what_depends_on_it(scenario, tiny_archive, change,
-                                                          reran, reused):
+@pytest.mark.parametrize(
+    "change, reran, reused",
+    [
+        (
+            ["--accuracy-gate", "0.4"],
+            {"Evaluator"},
+            {"Cifar10ExampleGen", "StatisticsGen", "Trainer"},
+        ),
+        (
+            ["--epochs", "2"],
+            {"Trainer", "Evaluator"},
+            {"Cifar10ExampleGen", "StatisticsGen", "ExampleValidator"},
+        ),
+    ],
+)
+def test_config_change_invalidates_only_what_depends_on_it(
+    scenario, tiny_archive, change, reran, reused
+):
     out = scenario
     args = ["--data", tiny_archive, "--output-dir", out, "--accuracy-gate", "0.5", *FAST]
     done = cli("run", *args, *change)
@@ -109,8 +147,21 @@ def test_undertrained_model_is_not_blessed_and_nothing_is_pushed(scenario, tiny_
     out = scenario
     before = versions(out)
     served = (out / "serving" / "cifar10" / before[-1] / "saved_model.pb").read_bytes()
-    done = cli("run", "--data", tiny_archive, "--output-dir", out, "--accuracy-gate", "0.8",
-               "--epochs", "1", "--learning-rate", "1e-7", "--per-replica-batch-size", "64")
+    done = cli(
+        "run",
+        "--data",
+        tiny_archive,
+        "--output-dir",
+        out,
+        "--accuracy-gate",
+        "0.8",
+        "--epochs",
+        "1",
+        "--learning-rate",
+        "1e-7",
+        "--per-replica-batch-size",
+        "64",
+    )
     assert done.returncode == 4, done.stderr[-4000:]
     summary = json.loads((out / "run_summary.json").read_text())
     assert summary["blessed"] is False and summary["pushed"] is False
@@ -147,10 +198,18 @@ def test_offline_download_names_the_url_and_the_option(tmp_path):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
     env.pop("CIFAR10_DATA", None)
     done = subprocess.run(
-        [sys.executable, "-c",
-         "from pipeline import data_source as d; d.OFFICIAL_URL = 'http://127.0.0.1:9/c.tar.gz';"
-         "import sys; from pipeline.cli import main; sys.exit(main(['run', '--output-dir', "
-         f"'{tmp_path}/out']))"], capture_output=True, text=True, env=env, timeout=300)
+        [
+            sys.executable,
+            "-c",
+            "from pipeline import data_source as d; d.OFFICIAL_URL = 'http://127.0.0.1:9/c.tar.gz';"
+            "import sys; from pipeline.cli import main; sys.exit(main(['run', '--output-dir', "
+            f"'{tmp_path}/out']))",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 2
     assert "could not download http://127.0.0.1:9/c.tar.gz" in done.stderr
     assert "--data" in done.stderr and "Traceback" not in done.stderr
@@ -161,7 +220,10 @@ def test_training_progress_is_one_line_per_epoch_when_not_a_terminal(first_run):
     out, _, done = first_run
     epochs = [line for line in done.stderr.splitlines() if "Trainer: epoch" in line]
     assert [line.split("Trainer: epoch ")[1].split(" done in ")[0] for line in epochs] == [
-        "1/3", "2/3", "3/3"]
+        "1/3",
+        "2/3",
+        "3/3",
+    ]
     assert all("images/s" in line and "left" in line for line in epochs)
     assert "\r" not in done.stderr  # live updates only on a terminal
     [log] = (out / "logs").glob("run-*.log")

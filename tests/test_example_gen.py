@@ -9,17 +9,21 @@ from apache_beam.testing.util import assert_that, equal_to
 from tfx.types import artifact_utils, standard_artifacts
 from tfx.utils import proto_utils
 
-import cifar_fixtures as fx
 from components.cifar10_example_gen import sources
 from components.cifar10_example_gen.component import Cifar10ExampleGen
 from components.cifar10_example_gen.executor import Executor, ReadCifar10Split
 
+import cifar_fixtures as fx
+
 
 def _exec_properties(source, fraction=0.1):
-    component = Cifar10ExampleGen(source_uri=str(source), source_fingerprint="x",
-                                  eval_fraction=fraction)
-    return {k: v if isinstance(v, (str, int, float)) else proto_utils.proto_to_json(v)
-            for k, v in component.exec_properties.items()}
+    component = Cifar10ExampleGen(
+        source_uri=str(source), source_fingerprint="x", eval_fraction=fraction
+    )
+    return {
+        k: v if isinstance(v, (str, int, float)) else proto_utils.proto_to_json(v)
+        for k, v in component.exec_properties.items()
+    }
 
 
 def _labels_of(example: tf.train.Example) -> int:
@@ -32,14 +36,16 @@ def test_beam_source_emits_each_split(tmp_path):
     expected = sources.load_arrays(str(archive))
     for split in ("train", "eval"):
         with beam.Pipeline() as pipeline:
-            labels = (pipeline | ReadCifar10Split(props, split) | beam.Map(_labels_of))
+            labels = pipeline | ReadCifar10Split(props, split) | beam.Map(_labels_of)
             assert_that(labels, equal_to(expected[split][1].tolist()))
 
 
 def _read_split(artifact, split):
     files = tf.io.gfile.glob(os.path.join(artifact_utils.get_split_uri([artifact], split), "*"))
-    return [tf.train.Example.FromString(r.numpy())
-            for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+    return [
+        tf.train.Example.FromString(r.numpy())
+        for r in tf.data.TFRecordDataset(files, compression_type="GZIP")
+    ]
 
 
 def test_executor_writes_gzipped_tfrecords_per_split(tmp_path):

@@ -26,9 +26,13 @@ RUN_THEN_LIST_HEAVY_MODULES = textwrap.dedent("""
 def _run(*args):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     env.pop("CIFAR10_DATA", None)
-    done = subprocess.run([sys.executable, "-c", RUN_THEN_LIST_HEAVY_MODULES, "run",
-                           *map(str, args)], capture_output=True, text=True, env=env,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_THEN_LIST_HEAVY_MODULES, "run", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
@@ -46,39 +50,59 @@ def _not_an_archive(tmp_path):
 
 
 def _no_batch_file(tmp_path):
-    return (fx.write_tar(tmp_path / "c.tar.gz", {"cifar-10-batches-bin/readme.txt": b"hi"}),
-            "no CIFAR-10 training data found")
+    return (
+        fx.write_tar(tmp_path / "c.tar.gz", {"cifar-10-batches-bin/readme.txt": b"hi"}),
+        "no CIFAR-10 training data found",
+    )
 
 
 def _label_out_of_range(tmp_path):
     payload = bytearray(fx.binary_batch(fx.balanced_labels(1)))
     payload[0] = 10
-    return (fx.write_tar(tmp_path / "c.tar.gz", {"b/data_batch_1.bin": bytes(payload)}),
-            "data_batch_1.bin: record 0 has label 10")
+    return (
+        fx.write_tar(tmp_path / "c.tar.gz", {"b/data_batch_1.bin": bytes(payload)}),
+        "data_batch_1.bin: record 0 has label 10",
+    )
 
 
 def _truncated_record(tmp_path):
     payload = fx.binary_batch(fx.balanced_labels(1))[:-5]
-    return (fx.write_tar(tmp_path / "c.tar.gz", {"b/data_batch_1.bin": payload}),
-            "is not a positive multiple of the 3073-byte record size")
+    return (
+        fx.write_tar(tmp_path / "c.tar.gz", {"b/data_batch_1.bin": payload}),
+        "is not a positive multiple of the 3073-byte record size",
+    )
 
 
 def _hostile_pickle(tmp_path):
     payload = pickle.dumps({b"data": print, b"labels": []}, protocol=2)
-    return (fx.write_tar(tmp_path / "c.tar.gz", {"cifar-10-batches-py/data_batch_1": payload}),
-            "refused to load global '__builtin__.print'")
+    return (
+        fx.write_tar(tmp_path / "c.tar.gz", {"cifar-10-batches-py/data_batch_1": payload}),
+        "refused to load global '__builtin__.print'",
+    )
 
 
 def _unsafe_member(tmp_path):
-    members = {"cifar-10-batches-bin/data_batch_1.bin": fx.binary_batch(fx.balanced_labels(1)),
-               "../../../../tmp/escaped": b"x"}
-    return fx.write_tar(tmp_path / "c.tar.gz", members), \
-        "unsafe archive member '../../../../tmp/escaped'"
+    members = {
+        "cifar-10-batches-bin/data_batch_1.bin": fx.binary_batch(fx.balanced_labels(1)),
+        "../../../../tmp/escaped": b"x",
+    }
+    return fx.write_tar(
+        tmp_path / "c.tar.gz", members
+    ), "unsafe archive member '../../../../tmp/escaped'"
 
 
-@pytest.mark.parametrize("make_bad_source", [
-    _corrupt_gzip, _not_an_archive, _no_batch_file, _label_out_of_range, _truncated_record,
-    _hostile_pickle, _unsafe_member])
+@pytest.mark.parametrize(
+    "make_bad_source",
+    [
+        _corrupt_gzip,
+        _not_an_archive,
+        _no_batch_file,
+        _label_out_of_range,
+        _truncated_record,
+        _hostile_pickle,
+        _unsafe_member,
+    ],
+)
 def test_bad_data_is_refused_before_heavy_imports(tmp_path, make_bad_source):
     source, problem = make_bad_source(tmp_path)
     facts, stderr = _run("--data", source, "--output-dir", tmp_path / "out")

@@ -9,16 +9,19 @@ ZEN4 = Hardware("cpu", "AMD EPYC 9B14", ("avx2", "fma", "avx512f", "avx512_vnni"
 SAPPHIRE_RAPIDS = Hardware("cpu", "Intel Xeon 8481C", ("avx2", "avx512f", "amx_bf16", "amx_tile"))
 
 
-@pytest.mark.parametrize("hardware, policy", [
-    (ZEN3, "float32"),
-    (ZEN4, "mixed_bfloat16"),
-    (SAPPHIRE_RAPIDS, "mixed_bfloat16"),
-    (Hardware("cpu", "Apple M2"), "float32"),  # no /proc/cpuinfo flags: never guess bf16
-    (Hardware("tpu"), "mixed_bfloat16"),
-    (Hardware("gpu", gpu_name="A100", gpu_compute_capability=(8, 0)), "mixed_bfloat16"),
-    (Hardware("gpu", gpu_name="T4", gpu_compute_capability=(7, 5)), "mixed_float16"),
-    (Hardware("gpu", gpu_name="K80", gpu_compute_capability=(3, 7)), "float32"),
-])
+@pytest.mark.parametrize(
+    "hardware, policy",
+    [
+        (ZEN3, "float32"),
+        (ZEN4, "mixed_bfloat16"),
+        (SAPPHIRE_RAPIDS, "mixed_bfloat16"),
+        (Hardware("cpu", "Apple M2"), "float32"),  # no /proc/cpuinfo flags: never guess bf16
+        (Hardware("tpu"), "mixed_bfloat16"),
+        (Hardware("gpu", gpu_name="A100", gpu_compute_capability=(8, 0)), "mixed_bfloat16"),
+        (Hardware("gpu", gpu_name="T4", gpu_compute_capability=(7, 5)), "mixed_float16"),
+        (Hardware("gpu", gpu_name="K80", gpu_compute_capability=(3, 7)), "float32"),
+    ],
+)
 def test_auto_precision_per_kind_of_hardware(hardware, policy):
     choice = decide_precision("auto", hardware)
     assert choice.policy == policy
@@ -26,8 +29,7 @@ def test_auto_precision_per_kind_of_hardware(hardware, policy):
 
 
 def test_cpu_reason_names_the_model_and_the_deciding_feature():
-    assert decide_precision("auto", ZEN4).reason == \
-        "CPU AMD EPYC 9B14: native bf16 (avx512_bf16)"
+    assert decide_precision("auto", ZEN4).reason == "CPU AMD EPYC 9B14: native bf16 (avx512_bf16)"
     assert "no native bf16" in decide_precision("auto", ZEN3).reason
 
 
@@ -46,9 +48,11 @@ def test_an_explicit_precision_is_kept_on_any_hardware():
 
 def test_cpu_facts_are_read_from_cpuinfo(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9B14\n"
-                       "flags\t\t: fpu sse2 avx2 fma avx512f avx512_bf16 sha_ni\n\n"
-                       "processor\t: 1\nmodel name\t: AMD EPYC 9B14\nflags\t\t: fpu\n")
+    cpuinfo.write_text(
+        "processor\t: 0\nmodel name\t: AMD EPYC 9B14\n"
+        "flags\t\t: fpu sse2 avx2 fma avx512f avx512_bf16 sha_ni\n\n"
+        "processor\t: 1\nmodel name\t: AMD EPYC 9B14\nflags\t\t: fpu\n"
+    )
     model, flags = read_cpu_facts(str(cpuinfo))
     assert model == "AMD EPYC 9B14"
     assert flags == ("avx2", "fma", "avx512f", "avx512_bf16")
@@ -57,5 +61,10 @@ def test_cpu_facts_are_read_from_cpuinfo(tmp_path):
 
 def test_summary_facts_are_plain_json():
     facts = Hardware("gpu", "x", ("avx2",), gpu_name="T4", gpu_compute_capability=(7, 5)).to_json()
-    assert facts == {"accelerator": "gpu", "cpu_model": "x", "cpu_flags": ["avx2"],
-                     "gpu_name": "T4", "gpu_compute_capability": "7.5"}
+    assert facts == {
+        "accelerator": "gpu",
+        "cpu_model": "x",
+        "cpu_flags": ["avx2"],
+        "gpu_name": "T4",
+        "gpu_compute_capability": "7.5",
+    }

@@ -20,9 +20,23 @@ from pipeline.topology import create_pipeline
 IMAGE = "registry.example.com/ml/cifar10-pipeline:v1"
 ROOT = "s3://bucket-x/pipeline-root"
 DATA = "s3://bucket-x/cifar-10-binary.tar.gz"
-COMPILE_ARGS = ["compile", "--target", "kubeflow", "--pipeline-root", ROOT, "--image", IMAGE,
-                "--data", DATA, "--trainer-cpu", "6", "--trainer-memory-gb", "24",
-                "--trainer-gpus", "2"]
+COMPILE_ARGS = [
+    "compile",
+    "--target",
+    "kubeflow",
+    "--pipeline-root",
+    ROOT,
+    "--image",
+    IMAGE,
+    "--data",
+    DATA,
+    "--trainer-cpu",
+    "6",
+    "--trainer-memory-gb",
+    "24",
+    "--trainer-gpus",
+    "2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -57,11 +71,17 @@ def test_no_resolver_executors_only_containers(compiled):
 
 
 def test_resolver_executors_are_detected():
-    spec = {"deploymentSpec": {"executors": {
-        "Trainer_executor": {"container": {"image": IMAGE}},
-        "latest_blessed_model_resolver-model-resolver_executor": {"resolver": {}}}}}
+    spec = {
+        "deploymentSpec": {
+            "executors": {
+                "Trainer_executor": {"container": {"image": IMAGE}},
+                "latest_blessed_model_resolver-model-resolver_executor": {"resolver": {}},
+            }
+        }
+    }
     assert kubeflow_runner.resolver_executors(spec) == [
-        "latest_blessed_model_resolver-model-resolver_executor"]
+        "latest_blessed_model_resolver-model-resolver_executor"
+    ]
 
 
 def test_evaluator_baseline_is_the_served_model_step(compiled):
@@ -70,11 +90,12 @@ def test_evaluator_baseline_is_the_served_model_step(compiled):
     baseline = tasks["Evaluator"]["inputs"]["artifacts"]["baseline_model"]["taskOutputArtifact"]
     assert baseline["producerTask"] == "ServedModelBaseline"
     parameter = tasks["ServedModelBaseline"]["inputs"]["parameters"]["serving_model_dir"]
-    assert parameter["runtimeValue"]["constantValue"]["stringValue"] == \
-        f"{ROOT}/serving/cifar10"
+    assert parameter["runtimeValue"]["constantValue"]["stringValue"] == f"{ROOT}/serving/cifar10"
     executors = spec["deploymentSpec"]["executors"]
-    assert "components.served_model_baseline.executor.EvaluatorExecutor" in \
-        executors["Evaluator_executor"]["container"]["args"]
+    assert (
+        "components.served_model_baseline.executor.EvaluatorExecutor"
+        in executors["Evaluator_executor"]["container"]["args"]
+    )
 
 
 def test_trainer_is_the_standard_trainer_with_pod_requests(compiled):
@@ -82,13 +103,18 @@ def test_trainer_is_the_standard_trainer_with_pod_requests(compiled):
     container = spec["deploymentSpec"]["executors"]["Trainer_executor"]["container"]
     assert "tfx.components.trainer.executor.GenericExecutor" in container["args"]
     assert container["resources"] == {
-        "cpuRequest": 6.0, "memoryRequest": 24.0,
-        "accelerator": {"type": "nvidia.com/gpu", "count": "2"}}
+        "cpuRequest": 6.0,
+        "memoryRequest": 24.0,
+        "accelerator": {"type": "nvidia.com/gpu", "count": "2"},
+    }
     parameter = spec["root"]["dag"]["tasks"]["Trainer"]["inputs"]["parameters"]["custom_config"]
     custom = json.loads(parameter["runtimeValue"]["constantValue"]["stringValue"])
     assert custom["strategy"] == "auto" and "ai_platform_training_args" not in custom
-    others = [name for name, e in spec["deploymentSpec"]["executors"].items()
-              if "resources" in e["container"]]
+    others = [
+        name
+        for name, e in spec["deploymentSpec"]["executors"].items()
+        if "resources" in e["container"]
+    ]
     assert others == ["Trainer_executor"]
 
 
@@ -103,8 +129,11 @@ def test_no_local_paths_in_the_compiled_file(compiled):
 def test_local_and_kubeflow_pipelines_share_one_topology(tmp_path):
     training = TrainingConfig()
     local = create_pipeline(local_config(tmp_path, "/data/c.tar.gz", "f", training))
-    kubeflow = create_pipeline(kubeflow_runner.kubeflow_config(
-        pipeline_root=ROOT, image=IMAGE, source_uri=DATA, training=training))
+    kubeflow = create_pipeline(
+        kubeflow_runner.kubeflow_config(
+            pipeline_root=ROOT, image=IMAGE, source_uri=DATA, training=training
+        )
+    )
 
     def edges(pipeline):
         return {(c.id, tuple(sorted(u.id for u in c.upstream_nodes))) for c in pipeline.components}
@@ -117,18 +146,26 @@ def test_compiled_dag_edges_match_the_topology(compiled, tmp_path):
     _, spec = compiled
     local = create_pipeline(local_config(tmp_path, "/data/c.tar.gz", "f", TrainingConfig()))
     expected = {c.id: {u.id for u in c.upstream_nodes} for c in local.components}
-    compiled_deps = {name: set(task.get("dependentTasks", []))
-                     for name, task in spec["root"]["dag"]["tasks"].items()}
+    compiled_deps = {
+        name: set(task.get("dependentTasks", []))
+        for name, task in spec["root"]["dag"]["tasks"].items()
+    }
     assert compiled_deps == expected
 
 
-@pytest.mark.parametrize("flag, value, message", [
-    ("--pipeline-root", "/home/me/root", "--pipeline-root must be a gs:// or s3:// URI"),
-    ("--data", "./cifar.tar.gz", "--data must be a gs:// or s3:// URI"),
-    ("--data", "minio://mlpipeline/c.tar.gz",
-     "no minio:// filesystem; address the bucket as s3://mlpipeline/c.tar.gz"),
-    ("--output", "pipeline.json", "must end in .yaml"),
-])
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--pipeline-root", "/home/me/root", "--pipeline-root must be a gs:// or s3:// URI"),
+        ("--data", "./cifar.tar.gz", "--data must be a gs:// or s3:// URI"),
+        (
+            "--data",
+            "minio://mlpipeline/c.tar.gz",
+            "no minio:// filesystem; address the bucket as s3://mlpipeline/c.tar.gz",
+        ),
+        ("--output", "pipeline.json", "must end in .yaml"),
+    ],
+)
 def test_compile_refuses_bad_input_with_one_line(tmp_path, capsys, flag, value, message):
     args = COMPILE_ARGS + ["--output", str(tmp_path / "p.yaml")]
     if flag == "--output":
@@ -142,27 +179,65 @@ def test_compile_refuses_bad_input_with_one_line(tmp_path, capsys, flag, value, 
 
 def test_vertex_compiles_yaml_and_submit_accepts_it(tmp_path, capsys):
     path = tmp_path / "vertex.yaml"
-    assert cli.main(["compile", "--target", "vertex", "--project", "proj-x", "--region",
-                     "us-central1", "--pipeline-root", "gs://b/root", "--image", IMAGE,
-                     "--data", "gs://b/c.tar.gz", "--output", str(path)]) == 0
+    assert (
+        cli.main(
+            [
+                "compile",
+                "--target",
+                "vertex",
+                "--project",
+                "proj-x",
+                "--region",
+                "us-central1",
+                "--pipeline-root",
+                "gs://b/root",
+                "--image",
+                IMAGE,
+                "--data",
+                "gs://b/c.tar.gz",
+                "--output",
+                str(path),
+            ]
+        )
+        == 0
+    )
     spec = yaml.safe_load(path.read_text())
     assert spec["defaultPipelineRoot"] == "gs://b/root"
     assert kubeflow_runner.resolver_executors(spec) == []
     submission = vertex_runner.load_submission(path, "proj-x", "us-central1")
     assert submission.pipeline_root == "gs://b/root"
-    assert submission.job["pipelineSpec"]["root"]["dag"]["tasks"].keys() == \
-        spec["root"]["dag"]["tasks"].keys()
+    assert (
+        submission.job["pipelineSpec"]["root"]["dag"]["tasks"].keys()
+        == spec["root"]["dag"]["tasks"].keys()
+    )
     capsys.readouterr()
-    assert cli.main(["submit", str(path), "--project", "proj-x", "--region", "us-central1",
-                     "--dry-run"]) == 0
+    assert (
+        cli.main(
+            ["submit", str(path), "--project", "proj-x", "--region", "us-central1", "--dry-run"]
+        )
+        == 0
+    )
     assert "would submit PipelineJob 'cifar10-" in capsys.readouterr().out
 
 
 def test_vertex_compile_without_project_is_one_line(capsys):
-    assert cli.main(["compile", "--pipeline-root", "gs://b/r", "--image", IMAGE, "--data",
-                     "gs://b/c.tar.gz"]) == 2
-    assert capsys.readouterr().err == "error: --project and --region required with --target " \
-                                      "vertex\n"
+    assert (
+        cli.main(
+            [
+                "compile",
+                "--pipeline-root",
+                "gs://b/r",
+                "--image",
+                IMAGE,
+                "--data",
+                "gs://b/c.tar.gz",
+            ]
+        )
+        == 2
+    )
+    assert (
+        capsys.readouterr().err == "error: --project and --region required with --target vertex\n"
+    )
 
 
 class _FakeKfp(BaseHTTPRequestHandler):
@@ -187,7 +262,7 @@ class _FakeKfp(BaseHTTPRequestHandler):
         _FakeKfp.requests.append((self.command, url.path, query, body))
         return url.path, query, body
 
-    def do_GET(self):  # noqa: N802 - http.server API
+    def do_GET(self):
         path, _, _ = self._record()
         if self.refuse_with:
             return self._reply(self.refuse_with, {"error": "denied", "code": 16})
@@ -197,7 +272,7 @@ class _FakeKfp(BaseHTTPRequestHandler):
             return self._reply(200, {})  # no experiment with that name yet
         return self._reply(404, {"error": f"no route {path}"})
 
-    def do_POST(self):  # noqa: N802 - http.server API
+    def do_POST(self):
         path, _, body = self._record()
         if self.refuse_with:
             return self._reply(self.refuse_with, {"error": "denied", "code": 16})
@@ -215,8 +290,9 @@ class _FakeKfp(BaseHTTPRequestHandler):
 def fake_kfp(tmp_path, monkeypatch):
     """A KFP API on 127.0.0.1 at a free port; kfp's context file kept out of $HOME."""
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setattr("kfp.client.client.Client._LOCAL_KFP_CONTEXT",
-                        str(tmp_path / "context.json"))
+    monkeypatch.setattr(
+        "kfp.client.client.Client._LOCAL_KFP_CONTEXT", str(tmp_path / "context.json")
+    )
     _FakeKfp.requests = []
     _FakeKfp.refuse_with = 0
     server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeKfp)
@@ -230,28 +306,48 @@ def fake_kfp(tmp_path, monkeypatch):
 
 def test_submit_creates_the_run_through_the_kfp_client(compiled, fake_kfp, capsys):
     path, spec = compiled
-    assert cli.main(["submit", str(path), "--target", "kubeflow", "--host", fake_kfp,
-                     "--namespace", "team-a", "--experiment", "cifar", "--run-name",
-                     "nightly-1"]) == 0
+    assert (
+        cli.main(
+            [
+                "submit",
+                str(path),
+                "--target",
+                "kubeflow",
+                "--host",
+                fake_kfp,
+                "--namespace",
+                "team-a",
+                "--experiment",
+                "cifar",
+                "--run-name",
+                "nightly-1",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.startswith("Submitted run run-42 ('nightly-1', experiment 'cifar')")
     assert f"{fake_kfp}/#/runs/details/run-42" in out
-    [(_, _, listed, _)] = [r for r in _FakeKfp.requests
-                           if r[:2] == ("GET", "/apis/v2beta1/experiments")]
+    [(_, _, listed, _)] = [
+        r for r in _FakeKfp.requests if r[:2] == ("GET", "/apis/v2beta1/experiments")
+    ]
     assert listed["namespace"] == "team-a" and "cifar" in listed["filter"]
-    [(_, _, _, experiment)] = [r for r in _FakeKfp.requests
-                               if r[:2] == ("POST", "/apis/v2beta1/experiments")]
+    [(_, _, _, experiment)] = [
+        r for r in _FakeKfp.requests if r[:2] == ("POST", "/apis/v2beta1/experiments")
+    ]
     assert experiment["display_name"] == "cifar" and experiment["namespace"] == "team-a"
     [(_, _, _, run)] = [r for r in _FakeKfp.requests if r[:2] == ("POST", "/apis/v2beta1/runs")]
     assert run["display_name"] == "nightly-1" and run["experiment_id"] == "exp-7"
     assert run["runtime_config"]["pipeline_root"] == ROOT
-    assert run["pipeline_spec"]["root"]["dag"]["tasks"].keys() == \
-        spec["root"]["dag"]["tasks"].keys()
+    assert (
+        run["pipeline_spec"]["root"]["dag"]["tasks"].keys() == spec["root"]["dag"]["tasks"].keys()
+    )
     assert run["pipeline_spec"]["deploymentSpec"] == spec["deploymentSpec"]
 
 
 def test_submit_without_namespace_asks_the_cluster_whether_it_is_multi_user(
-        compiled, fake_kfp, capsys):
+    compiled, fake_kfp, capsys
+):
     path, _ = compiled
     assert cli.main(["submit", str(path), "--target", "kubeflow", "--host", fake_kfp]) == 0
     paths = [(method, url) for method, url, _, _ in _FakeKfp.requests]
@@ -265,8 +361,21 @@ def test_submit_without_namespace_asks_the_cluster_whether_it_is_multi_user(
 def test_submit_refused_auth_is_one_line(compiled, fake_kfp, capsys):
     path, _ = compiled
     _FakeKfp.refuse_with = 401
-    assert cli.main(["submit", str(path), "--target", "kubeflow", "--host", fake_kfp,
-                     "--namespace", "team-a"]) == 2
+    assert (
+        cli.main(
+            [
+                "submit",
+                str(path),
+                "--target",
+                "kubeflow",
+                "--host",
+                fake_kfp,
+                "--namespace",
+                "team-a",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith(f"error: {fake_kfp} refused the request (401 ")
     assert len(err.splitlines()) == 1
@@ -275,14 +384,19 @@ def test_submit_refused_auth_is_one_line(compiled, fake_kfp, capsys):
 
 def test_submit_to_an_unreachable_host_is_one_line(compiled, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setattr("kfp.client.client.Client._LOCAL_KFP_CONTEXT",
-                        str(tmp_path / "context.json"))
+    monkeypatch.setattr(
+        "kfp.client.client.Client._LOCAL_KFP_CONTEXT", str(tmp_path / "context.json")
+    )
     with socket.socket() as probe:  # a loopback port that nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     path, _ = compiled
-    assert cli.main(["submit", str(path), "--target", "kubeflow", "--host",
-                     f"http://127.0.0.1:{port}"]) == 2
+    assert (
+        cli.main(
+            ["submit", str(path), "--target", "kubeflow", "--host", f"http://127.0.0.1:{port}"]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith(f"error: could not reach Kubeflow Pipelines at http://127.0.0.1:{port}")
     assert len(err.splitlines()) == 1
@@ -291,27 +405,56 @@ def test_submit_to_an_unreachable_host_is_one_line(compiled, tmp_path, monkeypat
 def test_submit_dry_run_describes_without_network(compiled, capsys):
     path, _ = compiled
     # Port 9 (discard) on loopback: a dry run must not even try it.
-    assert cli.main(["submit", str(path), "--target", "kubeflow", "--host",
-                     "http://127.0.0.1:9", "--namespace", "team-a", "--run-name", "r1",
-                     "--dry-run"]) == 0
+    assert (
+        cli.main(
+            [
+                "submit",
+                str(path),
+                "--target",
+                "kubeflow",
+                "--host",
+                "http://127.0.0.1:9",
+                "--namespace",
+                "team-a",
+                "--run-name",
+                "r1",
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     shown = capsys.readouterr().out
     assert "would create run 'r1'" in shown and "team-a" in shown
     assert f"root       {ROOT}" in shown and IMAGE in shown
     assert "ServedModelBaseline" in shown and "Trainer" in shown
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("p.yaml", "root: [unclosed", "not a readable KFP pipeline YAML"),
-    ("p.yaml", "pipelineInfo: {name: x}\nroot: {}\n", "not a compiled pipeline"),
-    ("p.yaml", "bogusField: 1\n", "not a readable KFP pipeline YAML"),
-    ("p.json", "{}", "takes the .yaml file"),
-])
-def test_submit_refuses_a_malformed_file_with_one_line(tmp_path, capsys, name, content,
-                                                       message):
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("p.yaml", "root: [unclosed", "not a readable KFP pipeline YAML"),
+        ("p.yaml", "pipelineInfo: {name: x}\nroot: {}\n", "not a compiled pipeline"),
+        ("p.yaml", "bogusField: 1\n", "not a readable KFP pipeline YAML"),
+        ("p.json", "{}", "takes the .yaml file"),
+    ],
+)
+def test_submit_refuses_a_malformed_file_with_one_line(tmp_path, capsys, name, content, message):
     bad = tmp_path / name
     bad.write_text(content)
-    assert cli.main(["submit", str(bad), "--target", "kubeflow", "--host",
-                     "http://127.0.0.1:9", "--dry-run"]) == 2
+    assert (
+        cli.main(
+            [
+                "submit",
+                str(bad),
+                "--target",
+                "kubeflow",
+                "--host",
+                "http://127.0.0.1:9",
+                "--dry-run",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert message in err and len(err.splitlines()) == 1, err
 
@@ -320,9 +463,22 @@ def test_submit_refuses_a_file_with_resolver_executors(compiled, tmp_path, capsy
     _, spec = compiled
     spec = json.loads(json.dumps(spec))
     spec["deploymentSpec"]["executors"]["old-model-resolver_executor"] = {
-        "resolver": {"outputArtifactQueries": {}}}
+        "resolver": {"outputArtifactQueries": {}}
+    }
     path = tmp_path / "old.yaml"
     path.write_text(yaml.safe_dump(spec))
-    assert cli.main(["submit", str(path), "--target", "kubeflow", "--host",
-                     "http://127.0.0.1:9", "--dry-run"]) == 2
+    assert (
+        cli.main(
+            [
+                "submit",
+                str(path),
+                "--target",
+                "kubeflow",
+                "--host",
+                "http://127.0.0.1:9",
+                "--dry-run",
+            ]
+        )
+        == 2
+    )
     assert "resolver executors (old-model-resolver_executor)" in capsys.readouterr().err

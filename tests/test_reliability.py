@@ -1,7 +1,7 @@
 """Fault injection on tiny data: SIGKILL during ingest, training and push, then rerun the
 same command; the concurrent-run guard; config changes invalidate only what depends on them."""
 
-import pytest
+import contextlib
 import fcntl
 import json
 import os
@@ -11,6 +11,8 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+
+import pytest
 
 from conftest import FAST_TRAINING, cli, versions
 
@@ -40,9 +42,23 @@ def run_and_die(module: str, function: str, call: int, when: str, *args):
     call, `before` or `after` the real function runs."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     env.pop("CIFAR10_DATA", None)
-    return subprocess.run([sys.executable, "-c", KILL_AFTER_CALLS, module, function,
-                           str(call), when, "run", *map(str, args)],
-                          capture_output=True, text=True, env=env, timeout=900)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            KILL_AFTER_CALLS,
+            module,
+            function,
+            str(call),
+            when,
+            "run",
+            *map(str, args),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
 
 
 def summary(out: Path) -> dict:
@@ -61,8 +77,15 @@ def assert_every_version_loads(out: Path):
 
 
 def test_killed_during_ingest_then_rerun_completes(tiny_archive, tmp_path):
-    args = ["--data", tiny_archive, "--output-dir", tmp_path, "--accuracy-gate", "0.5",
-            *FAST_TRAINING]
+    args = [
+        "--data",
+        tiny_archive,
+        "--output-dir",
+        tmp_path,
+        "--accuracy-gate",
+        "0.5",
+        *FAST_TRAINING,
+    ]
     # read_shard is called once per shard by the executor's check (2 shards), then by Beam
     # (the CLI's check before TFX is imported reads the archive in one pass, without it).
     died = run_and_die("components.cifar10_example_gen.sources", "read_shard", 4, "before", *args)
@@ -75,8 +98,15 @@ def test_killed_during_ingest_then_rerun_completes(tiny_archive, tmp_path):
 
 
 def test_killed_during_push_leaves_no_partial_version(tiny_archive, tmp_path):
-    args = ["--data", tiny_archive, "--output-dir", tmp_path, "--accuracy-gate", "0.5",
-            *FAST_TRAINING]
+    args = [
+        "--data",
+        tiny_archive,
+        "--output-dir",
+        tmp_path,
+        "--accuracy-gate",
+        "0.5",
+        *FAST_TRAINING,
+    ]
     # Killed once the model is fully copied to staging, before the rename publishes it.
     died = run_and_die("components.atomic_pusher.executor", "copy_to_staging", 1, "after", *args)
     assert died.returncode == -signal.SIGKILL
@@ -90,20 +120,33 @@ def test_killed_during_push_leaves_no_partial_version(tiny_archive, tmp_path):
 
 
 def test_killed_during_training_resumes_from_the_last_checkpoint(tiny_archive, tmp_path):
-    args = ["run", "--data", tiny_archive, "--output-dir", tmp_path, "--accuracy-gate", "0.5",
-            "--epochs", "8", "--per-replica-batch-size", "32"]
+    args = [
+        "run",
+        "--data",
+        tiny_archive,
+        "--output-dir",
+        tmp_path,
+        "--accuracy-gate",
+        "0.5",
+        "--epochs",
+        "8",
+        "--per-replica-batch-size",
+        "32",
+    ]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    process = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *map(str, args)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", *map(str, args)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     deadline = time.time() + 600
     checkpoints = tmp_path / "artifacts" / "Trainer" / "checkpoints"
     epochs_done = 0
     while time.time() < deadline and process.poll() is None:
         for history in checkpoints.glob("*/history.json"):
-            try:
+            with contextlib.suppress(ValueError):  # a history being written right now
                 epochs_done = len(json.loads(history.read_text()))
-            except ValueError:
-                pass
         if epochs_done >= 3:
             process.send_signal(signal.SIGKILL)
             break

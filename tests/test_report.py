@@ -13,8 +13,14 @@ pytestmark = pytest.mark.integration  # full pipeline runs in subprocesses
 def test_report_has_every_section_with_numbers_from_the_run(first_run):
     out, summary, _ = first_run
     page = (out / "report.html").read_text()
-    for heading in ("Outcome", "Data", "TFDV statistics and anomalies", "Training",
-                    "Evaluation", "Most confident mistakes"):
+    for heading in (
+        "Outcome",
+        "Data",
+        "TFDV statistics and anomalies",
+        "Training",
+        "Evaluation",
+        "Most confident mistakes",
+    ):
         assert f">{heading}</h" in page
     assert "Records per split: train 1080, eval 120" in page
     assert f"{100 * summary['eval_accuracy']:.2f}%" in page
@@ -45,12 +51,27 @@ def test_report_renders_in_headless_chromium(first_run, tmp_path):
     out, _, _ = first_run
     screenshot = tmp_path / "report.png"
     done = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-         "--no-first-run", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", f"--user-data-dir={tmp_path / 'chromium-profile'}",
-         "--enable-logging=stderr", "--v=0", "--window-size=1280,2400",
-         f"--screenshot={screenshot}", (out / "report.html").as_uri()],
-        capture_output=True, text=True, timeout=120)
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'chromium-profile'}",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--window-size=1280,2400",
+            f"--screenshot={screenshot}",
+            (out / "report.html").as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     console = [line for line in done.stderr.splitlines() if "CONSOLE" in line]
     assert console == [], console

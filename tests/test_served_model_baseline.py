@@ -20,8 +20,11 @@ def _run(tmp_path, serving_model_dir):
     out.uri = str(tmp_path / "baseline_artifact")
     candidate = standard_artifacts.Model()
     candidate.uri = str(tmp_path / "candidate")
-    baseline.Executor().Do({"model": [candidate]}, {"baseline_model": [out]},
-                           {"serving_model_dir": str(serving_model_dir)})
+    baseline.Executor().Do(
+        {"model": [candidate]},
+        {"baseline_model": [out]},
+        {"serving_model_dir": str(serving_model_dir)},
+    )
     return out
 
 
@@ -46,8 +49,9 @@ def test_baseline_artifact_holds_the_newest_served_model(tmp_path):
     _serve(base, "100", b"old")
     _serve(base, "200", b"new")
     out = _run(tmp_path, base)
-    assert (tmp_path / "baseline_artifact" / "Format-Serving" / "saved_model.pb").read_bytes() \
-        == b"new"
+    assert (
+        tmp_path / "baseline_artifact" / "Format-Serving" / "saved_model.pb"
+    ).read_bytes() == b"new"
     assert baseline.holds_saved_model(out)
     assert out.get_int_custom_property(baseline.SERVED_VERSION_KEY) == 200
     assert out.get_string_custom_property(baseline.SERVED_FROM_KEY) == str(base / "200")
@@ -62,12 +66,14 @@ def test_nothing_served_leaves_an_empty_baseline(tmp_path):
 def _evaluate(monkeypatch, tmp_path, baseline_artifact):
     """Runs the wrapper with TFX's Evaluator replaced by a recorder of what it receives."""
     received = {}
-    monkeypatch.setattr(tfx_evaluator.Executor, "Do",
-                        lambda self, inputs, outputs, props: received.update(inputs))
+    monkeypatch.setattr(
+        tfx_evaluator.Executor, "Do", lambda self, inputs, outputs, props: received.update(inputs)
+    )
     candidate = standard_artifacts.Model()
     candidate.uri = str(tmp_path / "candidate")
     baseline.EvaluatorExecutor().Do(
-        {"model": [candidate], "baseline_model": [baseline_artifact]}, {}, {})
+        {"model": [candidate], "baseline_model": [baseline_artifact]}, {}, {}
+    )
     return received
 
 

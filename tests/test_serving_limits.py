@@ -22,9 +22,14 @@ SMALL_LIMIT = 64 * 64  # format tests use small images against a small limit
 
 def _tiny_network() -> keras.Model:
     """Untrained, but shaped like the real thing: uint8 [N,32,32,3] -> 10 logits."""
-    return keras.Sequential([keras.layers.Input((32, 32, 3), dtype="uint8"),
-                             keras.layers.Rescaling(1 / 255), keras.layers.Flatten(),
-                             keras.layers.Dense(10)])
+    return keras.Sequential(
+        [
+            keras.layers.Input((32, 32, 3), dtype="uint8"),
+            keras.layers.Rescaling(1 / 255),
+            keras.layers.Flatten(),
+            keras.layers.Dense(10),
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -45,17 +50,26 @@ def _serve(model_dir, payloads):
 def zero_png(width: int, height: int) -> bytes:
     """A valid grayscale PNG of zeros, built row by row: a few hundred KB on the wire
     even at 20,000 x 20,000, never the full image in memory here."""
+
     def chunk(kind: bytes, body: bytes) -> bytes:
-        return (struct.pack(">I", len(body)) + kind + body
-                + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF))
+        return (
+            struct.pack(">I", len(body))
+            + kind
+            + body
+            + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+        )
 
     compressor, row, parts = zlib.compressobj(9), b"\0" * (width + 1), []
     for _ in range(height):
         parts.append(compressor.compress(row))
     parts.append(compressor.flush())
     header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", b"".join(parts))
-            + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", b"".join(parts))
+        + chunk(b"IEND", b"")
+    )
 
 
 def _encoded(size, fmt: str, **save_args) -> bytes:
@@ -68,8 +82,7 @@ def _encoded(size, fmt: str, **save_args) -> bytes:
 def _gif_frames(size, colours) -> bytes:
     frames = [Image.new("RGB", size, colour) for colour in colours]
     buffer = io.BytesIO()
-    frames[0].save(buffer, format="GIF", save_all=True, append_images=frames[1:],
-                   optimize=False)
+    frames[0].save(buffer, format="GIF", save_all=True, append_images=frames[1:], optimize=False)
     return buffer.getvalue()
 
 
@@ -84,8 +97,10 @@ def test_a_20000_by_20000_png_is_refused_with_the_limit_in_the_message(served, b
     assert bomb_png.stat().st_size < 1_000_000  # small on the wire
     with pytest.raises(tf.errors.InvalidArgumentError) as refused:
         _serve(served / "default" / "1", [bomb_png.read_bytes()])
-    assert ("image refused: its header claims 20000x20000 (400000000 pixels), above the "
-            "serving limit of 16777216 pixels (4096x4096)") in str(refused.value)
+    assert (
+        "image refused: its header claims 20000x20000 (400000000 pixels), above the "
+        "serving limit of 16777216 pixels (4096x4096)"
+    ) in str(refused.value)
 
 
 MEASURE_PEAK_MEMORY = textwrap.dedent("""
@@ -110,23 +125,36 @@ def test_the_refusal_allocates_no_decoded_image(served, bomb_png, tmp_path):
     memory of a fresh serving process must not grow by a tenth of that."""
     small = tmp_path / "small.png"
     small.write_bytes(_encoded((32, 32), "PNG"))
-    done = subprocess.run([sys.executable, "-c", MEASURE_PEAK_MEMORY,
-                           str(served / "default" / "1"), str(small), str(bomb_png)],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            MEASURE_PEAK_MEMORY,
+            str(served / "default" / "1"),
+            str(small),
+            str(bomb_png),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     facts = json.loads(done.stdout.strip().splitlines()[-1])
     assert facts["refused"] is True
     assert facts["peak_growth_kb"] < 120_000, facts
 
 
-@pytest.mark.parametrize("fmt,save_args", [("PNG", {}), ("JPEG", {"quality": 90}),
-                                           ("BMP", {}), ("GIF", {})])
+@pytest.mark.parametrize(
+    "fmt,save_args", [("PNG", {}), ("JPEG", {"quality": 90}), ("BMP", {}), ("GIF", {})]
+)
 def test_every_format_is_bounded_by_its_header(served, fmt, save_args):
     small_model = served / "small" / "1"
     accepted = _serve(small_model, [_encoded((60, 60), fmt, **save_args)])
     np.testing.assert_allclose(accepted.sum(axis=1), 1.0, atol=1e-4)
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=r"image refused: its header claims 70x60 \(4200 pixels\)"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=r"image refused: its header claims 70x60 \(4200 pixels\)",
+    ):
         _serve(small_model, [_encoded((70, 60), fmt, **save_args)])
 
 
@@ -155,7 +183,7 @@ def test_gif_screen_and_frame_descriptors_are_both_checked(served):
         _serve(small_model, [bytes(screen)])
     descriptor = gif.index(b"\x2c\x00\x00\x00\x00\x08\x00\x08\x00")  # frame at 0,0 of 8x8
     frame = bytearray(gif)
-    frame[descriptor + 5:descriptor + 9] = struct.pack("<HH", 90, 80)
+    frame[descriptor + 5 : descriptor + 9] = struct.pack("<HH", 90, 80)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"claims 90x80"):
         _serve(small_model, [bytes(frame)])
 
@@ -164,8 +192,10 @@ def test_a_gif_too_long_to_walk_is_refused(served):
     comment = b"\x21\xfe" + b"\x01x" * (image_header.MAX_GIF_BLOCKS + 1) + b"\x00"
     gif = _gif_frames((8, 8), ["red"])
     start = gif.index(b"\x2c")  # the first block after the header and colour table
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=f"GIF with more than {image_header.MAX_GIF_BLOCKS} blocks"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=f"GIF with more than {image_header.MAX_GIF_BLOCKS} blocks",
+    ):
         _serve(served / "default" / "1", [gif[:start] + comment + gif[start:]])
 
 
@@ -177,20 +207,29 @@ def test_broken_bytes_are_still_an_error_and_small_images_still_served(served):
     assert probabilities.shape == (2, 10)
 
 
-def test_predict_refuses_the_oversize_file_and_classifies_the_others(served, bomb_png,
-                                                                     tmp_path, capsys):
+def test_predict_refuses_the_oversize_file_and_classifies_the_others(
+    served, bomb_png, tmp_path, capsys
+):
     from pipeline import predict
 
     good = []
     for name in ("a.png", "b.jpg"):
         good.append(tmp_path / name)
         good[-1].write_bytes(_encoded((32, 32), "JPEG" if name.endswith("jpg") else "PNG"))
-    args = argparse.Namespace(model_dir=str(served / "default"), images=[
-        str(good[0]), str(bomb_png), str(good[1])], top=2, json=False, samples=0, data=None)
+    args = argparse.Namespace(
+        model_dir=str(served / "default"),
+        images=[str(good[0]), str(bomb_png), str(good[1])],
+        top=2,
+        json=False,
+        samples=0,
+        data=None,
+    )
     assert predict.main(args) == 2
     out, err = capsys.readouterr()
     assert [line.split(":")[0] for line in out.splitlines()] == [str(good[0]), str(good[1])]
     refusals = [line for line in err.splitlines() if line.startswith("error:")]
-    assert refusals == [f"error: {bomb_png}: image refused: its header claims 20000x20000 "
-                        "(400000000 pixels), above the serving limit of 16777216 pixels "
-                        "(4096x4096); downscale it before sending"]
+    assert refusals == [
+        f"error: {bomb_png}: image refused: its header claims 20000x20000 "
+        "(400000000 pixels), above the serving limit of 16777216 pixels "
+        "(4096x4096); downscale it before sending"
+    ]

@@ -9,8 +9,9 @@ import tarfile
 import numpy as np
 import pytest
 
-import cifar_fixtures as fx
 from components.cifar10_example_gen import sources
+
+import cifar_fixtures as fx
 
 
 def _expected_images(per_class, seed):
@@ -33,6 +34,7 @@ def test_archive_readers_decode_labels_and_hwc_pixels(tmp_path, maker):
 def test_extracted_folder_reads_like_the_archive(tmp_path):
     archive = fx.binary_archive(tmp_path / "cifar.tar.gz", batches=2, per_class=3, with_test=True)
     import tarfile
+
     with tarfile.open(archive) as tar:
         tar.extractall(tmp_path / "x")
     from_dir = sources.load_arrays(str(tmp_path / "x" / "cifar-10-batches-bin"))
@@ -69,6 +71,7 @@ def test_image_folder_layout(tmp_path):
 
 
 # ---- bad input: one clear error that names the file and the problem ----
+
 
 def test_batch_length_not_a_multiple_of_the_record_size(tmp_path):
     payload = fx.binary_batch(fx.balanced_labels(1)) + b"\x00" * 7
@@ -115,8 +118,9 @@ def test_pickle_with_disallowed_global_is_refused_without_running(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     payload = pickle.dumps({b"data": _Exploit(), b"labels": []}, protocol=2)
     archive = fx.write_tar(tmp_path / "c.tar.gz", {"cifar-10-batches-py/data_batch_1": payload})
-    with pytest.raises(sources.SourceError,
-                       match=r"data_batch_1: .*refused to load global '(posix|os)\.system'"):
+    with pytest.raises(
+        sources.SourceError, match=r"data_batch_1: .*refused to load global '(posix|os)\.system'"
+    ):
         list(sources.read_shard(sources.list_shards(str(archive))[0]))
     assert not (tmp_path / "pwned").exists()
 
@@ -158,6 +162,7 @@ def test_fingerprint_changes_when_the_data_changes(tmp_path):
 
 # ---- unsafe archive members: refused by name, whatever the release format ----
 
+
 def _archive_with(path, batch_name, batch, extra: tarfile.TarInfo):
     mode = "w:gz" if path.name.endswith(".gz") else "w"
     with tarfile.open(path, mode) as tar:
@@ -175,18 +180,26 @@ def _member(name, kind=tarfile.REGTYPE, link=""):
     return info
 
 
-RELEASES = {"binary": ("cifar-10-batches-bin/data_batch_1.bin", fx.binary_batch),
-            "python": ("cifar-10-batches-py/data_batch_1", fx.python_batch)}
+RELEASES = {
+    "binary": ("cifar-10-batches-bin/data_batch_1.bin", fx.binary_batch),
+    "python": ("cifar-10-batches-py/data_batch_1", fx.python_batch),
+}
 UNSAFE = [
     (_member("../../../../tmp/evil"), "'..' in its path"),
     (_member("cifar-10-batches-bin/../../evil"), "'..' in its path"),
     (_member("/etc/evil"), "absolute path"),
-    (_member("cifar-10-batches-bin/link", tarfile.SYMTYPE, "/etc/passwd"),
-     "link to the absolute path '/etc/passwd'"),
-    (_member("cifar-10-batches-bin/link", tarfile.SYMTYPE, "../../outside"),
-     "link to '../../outside', outside the archive"),
-    (_member("cifar-10-batches-bin/hard", tarfile.LNKTYPE, "../outside"),
-     "link to '../outside', outside the archive"),
+    (
+        _member("cifar-10-batches-bin/link", tarfile.SYMTYPE, "/etc/passwd"),
+        "link to the absolute path '/etc/passwd'",
+    ),
+    (
+        _member("cifar-10-batches-bin/link", tarfile.SYMTYPE, "../../outside"),
+        "link to '../../outside', outside the archive",
+    ),
+    (
+        _member("cifar-10-batches-bin/hard", tarfile.LNKTYPE, "../outside"),
+        "link to '../outside', outside the archive",
+    ),
 ]
 
 
@@ -198,8 +211,9 @@ def test_unsafe_member_is_refused_naming_it(tmp_path, suffix, release, member, r
     archive = _archive_with(tmp_path / f"c{suffix}", name, make(fx.balanced_labels(1)), member)
     with pytest.raises(sources.SourceError) as refused:
         sources.list_shards(str(archive))
-    assert str(refused.value) == (f"{archive}: unsafe archive member '{member.name}' "
-                                  f"({reason}); refusing the whole archive")
+    assert str(refused.value) == (
+        f"{archive}: unsafe archive member '{member.name}' ({reason}); refusing the whole archive"
+    )
 
 
 def test_link_that_stays_inside_the_archive_is_accepted(tmp_path):
@@ -220,8 +234,14 @@ def test_count_records_of_an_archive_checks_every_batch(tmp_path, maker):
     assert sources.count_records(str(archive)) == {"train": 40, "test": 20}
     payload = bytearray(fx.binary_batch(fx.balanced_labels(1)))
     payload[3073 * 9] = 200
-    bad = fx.write_tar(tmp_path / "bad.tar.gz", {"b/data_batch_1.bin": fx.binary_batch(
-        fx.balanced_labels(1)), "b/data_batch_2.bin": bytes(payload)})
-    with pytest.raises(sources.SourceError,
-                       match=r"bad\.tar\.gz:b/data_batch_2\.bin: record 9 has label 200"):
+    bad = fx.write_tar(
+        tmp_path / "bad.tar.gz",
+        {
+            "b/data_batch_1.bin": fx.binary_batch(fx.balanced_labels(1)),
+            "b/data_batch_2.bin": bytes(payload),
+        },
+    )
+    with pytest.raises(
+        sources.SourceError, match=r"bad\.tar\.gz:b/data_batch_2\.bin: record 9 has label 200"
+    ):
         sources.count_records(str(bad))

@@ -9,22 +9,43 @@ from components.trainer.training_summary import TrainingSummary
 from pipeline.summary import Evaluation, Push, RunSummary
 
 TRAINING = TrainingSummary(
-    model="airbench", strategy="default", replicas=1, per_replica_batch_size=512,
-    global_batch_size=512, epochs=12, resumed_from_epoch=0, learning_rate=0.4,
-    precision="float32", precision_reason="CPU X: no native bf16", hardware={"cpu_flags": []},
-    train_records=45022, eval_records=4978, forward_flops_per_image=40_034_114,
-    training_images_seen=540_672, training_flops=64_935_000_000_000, load_seconds=3.1,
-    fit_seconds=258.1, export_seconds=5.5, trainer_seconds=269.3,
-    final_eval_accuracy_without_tta=0.85)
+    model="airbench",
+    strategy="default",
+    replicas=1,
+    per_replica_batch_size=512,
+    global_batch_size=512,
+    epochs=12,
+    resumed_from_epoch=0,
+    learning_rate=0.4,
+    precision="float32",
+    precision_reason="CPU X: no native bf16",
+    hardware={"cpu_flags": []},
+    train_records=45022,
+    eval_records=4978,
+    forward_flops_per_image=40_034_114,
+    training_images_seen=540_672,
+    training_flops=64_935_000_000_000,
+    load_seconds=3.1,
+    fit_seconds=258.1,
+    export_seconds=5.5,
+    trainer_seconds=269.3,
+    final_eval_accuracy_without_tta=0.85,
+)
 SUMMARY = RunSummary(
-    run_id="2026-11-30T04:00:00", record_counts={"train": 45022, "eval": 4978},
+    run_id="2026-11-30T04:00:00",
+    record_counts={"train": 45022, "eval": 4978},
     stage_seconds={"Cifar10ExampleGen": 32.5, "Trainer": 269.4},
     stage_states={"Cifar10ExampleGen": "complete", "Trainer": "complete"},
-    artifacts={"examples": "/x/examples"}, training=TRAINING,
+    artifacts={"examples": "/x/examples"},
+    training=TRAINING,
     history=[{"epoch": 1, "seconds": 22.1, "val_accuracy": 0.5}],
-    evaluation=Evaluation(0.8574, None, {0: 0.9, 1: 0.8}, {0: 498, 1: 497},
-                          [[1] * 10 for _ in range(10)], []),
-    blessed=True, push=Push(True, "/x/serving/cifar10/1", True), total_seconds=359.0)
+    evaluation=Evaluation(
+        0.8574, None, {0: 0.9, 1: 0.8}, {0: 498, 1: 497}, [[1] * 10 for _ in range(10)], []
+    ),
+    blessed=True,
+    push=Push(True, "/x/serving/cifar10/1", True),
+    total_seconds=359.0,
+)
 
 
 def test_round_trip_through_json_keeps_every_field(tmp_path):
@@ -38,8 +59,14 @@ def test_round_trip_through_json_keeps_every_field(tmp_path):
 
 
 def test_a_run_that_stopped_early_has_no_training_or_evaluation(tmp_path):
-    stopped = RunSummary(run_id="r", record_counts={}, stage_seconds={}, stage_states={},
-                         artifacts={}, failed="SourceError: bad archive")
+    stopped = RunSummary(
+        run_id="r",
+        record_counts={},
+        stage_seconds={},
+        stage_states={},
+        artifacts={},
+        failed="SourceError: bad archive",
+    )
     stopped.write(tmp_path)
     written = json.loads((tmp_path / "run_summary.json").read_text())
     assert "eval_accuracy" not in written and "epochs" not in written

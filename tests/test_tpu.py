@@ -2,8 +2,12 @@
 steps_per_execution and the multi-host refusal as pure decisions."""
 
 import pytest
-from google.cloud.aiplatform_v1.types import (AcceleratorType, CustomJobSpec, MachineSpec,
-                                              WorkerPoolSpec)
+from google.cloud.aiplatform_v1.types import (
+    AcceleratorType,
+    CustomJobSpec,
+    MachineSpec,
+    WorkerPoolSpec,
+)
 
 from components.trainer import tpu_runtime
 from components.trainer.strategy import StrategyError
@@ -29,17 +33,25 @@ def test_every_accepted_name_is_checked_here():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_each_name_builds_a_valid_vertex_worker_pool(name):
     machine_type, accelerator, count = EXPECTED[name]
-    spec = CustomJobSpec(worker_pool_specs=[WorkerPoolSpec(
-        machine_spec=MachineSpec(**tpu.tpu_worker(name).machine_spec()), replica_count=1,
-        container_spec={"image_uri": "img"})])
+    spec = CustomJobSpec(
+        worker_pool_specs=[
+            WorkerPoolSpec(
+                machine_spec=MachineSpec(**tpu.tpu_worker(name).machine_spec()),
+                replica_count=1,
+                container_spec={"image_uri": "img"},
+            )
+        ]
+    )
     machine = spec.worker_pool_specs[0].machine_spec
     assert machine.machine_type == machine_type
     assert machine.accelerator_type == accelerator
     assert machine.accelerator_count == count
 
 
-@pytest.mark.parametrize("name", ["v2-32", "v3-8x", "v4-8", "v5litepod-16", "v5p-8", "v6e-8",
-                                  "TPU_V5_LITEPOD", "tpu_v2", ""])
+@pytest.mark.parametrize(
+    "name",
+    ["v2-32", "v3-8x", "v4-8", "v5litepod-16", "v5p-8", "v6e-8", "TPU_V5_LITEPOD", "tpu_v2", ""],
+)
 def test_names_vertex_does_not_offer_for_tensorflow_are_refused_with_the_list(name):
     with pytest.raises(ValueError) as err:
         tpu.tpu_worker(name)

@@ -10,9 +10,10 @@ import textwrap
 import numpy as np
 import pytest
 
-import cifar_fixtures as fx
 from components.trainer import strategy as strategies
 from components.trainer.keras import tf
+
+import cifar_fixtures as fx
 
 
 def test_default_and_auto_on_a_cpu_only_machine(monkeypatch):
@@ -55,11 +56,23 @@ def _write_split(path, labels, seed):
     images = fx.make_images(labels, seed)
     with tf.io.TFRecordWriter(str(path), options="GZIP") as writer:
         for i, (image, label) in enumerate(zip(images, labels)):
-            writer.write(tf.train.Example(features=tf.train.Features(feature={
-                "image_raw": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()])),
-                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
-                "record_id": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"%d" % i])),
-            })).SerializeToString())
+            writer.write(
+                tf.train.Example(
+                    features=tf.train.Features(
+                        feature={
+                            "image_raw": tf.train.Feature(
+                                bytes_list=tf.train.BytesList(value=[image.tobytes()])
+                            ),
+                            "label": tf.train.Feature(
+                                int64_list=tf.train.Int64List(value=[int(label)])
+                            ),
+                            "record_id": tf.train.Feature(
+                                bytes_list=tf.train.BytesList(value=[b"%d" % i])
+                            ),
+                        }
+                    )
+                ).SerializeToString()
+            )
     return images, labels
 
 
@@ -93,8 +106,13 @@ ROUND_TRIP_IN_FRESH_PROCESS = textwrap.dedent("""
 
 def _run(code, *args, env_extra=None):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **(env_extra or {})}
-    done = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True,
-                          text=True, env=env, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -105,8 +123,7 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("trainer")
     _write_split(root / "train.gz", fx.balanced_labels(40, seed=1), seed=1)
     eval_images, eval_labels = _write_split(root / "eval.gz", fx.balanced_labels(4, seed=2), 2)
-    config = {"strategy": "mirrored", "cpu_replicas": 8, "per_replica_batch_size": 16,
-              "epochs": 3}
+    config = {"strategy": "mirrored", "cpu_replicas": 8, "per_replica_batch_size": 16, "epochs": 3}
     _run(TRAIN_IN_FRESH_PROCESS, root, json.dumps({"training": config}))
     return root, eval_images, eval_labels
 
@@ -135,12 +152,24 @@ def test_export_round_trip_in_a_cpu_only_process(trained, tmp_path):
     for i, image in enumerate(images[:6]):
         paths.append(tmp_path / f"{i}.png")
         Image.fromarray(image).save(paths[-1])
-    examples = [tf.train.Example(features=tf.train.Features(feature={
-        "image_raw": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()]))}
-    )).SerializeToString() for image in images[:6]]
+    examples = [
+        tf.train.Example(
+            features=tf.train.Features(
+                feature={
+                    "image_raw": tf.train.Feature(
+                        bytes_list=tf.train.BytesList(value=[image.tobytes()])
+                    )
+                }
+            )
+        ).SerializeToString()
+        for image in images[:6]
+    ]
     (tmp_path / "examples.bin").write_bytes(b"@@SEP@@".join(examples))
-    out = json.loads(_run(ROUND_TRIP_IN_FRESH_PROCESS, root / "serving",
-                          tmp_path / "examples.bin", *paths).strip().splitlines()[-1])
+    out = json.loads(
+        _run(ROUND_TRIP_IN_FRESH_PROCESS, root / "serving", tmp_path / "examples.bin", *paths)
+        .strip()
+        .splitlines()[-1]
+    )
     by_image, by_example = np.array(out["images"]), np.array(out["examples"])
     assert by_image.shape == (6, 10)
     np.testing.assert_allclose(by_image.sum(axis=1), 1.0, atol=1e-4)
@@ -163,8 +192,9 @@ def test_keras_3_is_refused_loudly():
     Keras module refuses to load instead of training with the wrong library."""
     code = "import tensorflow as tf; tf.keras.Model; import components.trainer.keras"
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
     assert done.returncode != 0
     assert "tf.keras is Keras 3" in done.stderr
 
@@ -175,12 +205,18 @@ def test_process_settings_are_put_back_after_a_run():
     from components.trainer import train
     from components.trainer.keras import keras
 
-    before = (keras.mixed_precision.global_policy().name, random.getstate(),
-              np.random.get_state()[1].tolist())
+    before = (
+        keras.mixed_precision.global_policy().name,
+        random.getstate(),
+        np.random.get_state()[1].tolist(),
+    )
     with train.process_settings("mixed_bfloat16", seed=7):
         assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
         random.random()
         np.random.random()
-    after = (keras.mixed_precision.global_policy().name, random.getstate(),
-             np.random.get_state()[1].tolist())
+    after = (
+        keras.mixed_precision.global_policy().name,
+        random.getstate(),
+        np.random.get_state()[1].tolist(),
+    )
     assert after == before

@@ -31,10 +31,12 @@ def test_training_epochs_cover_each_image_once_in_a_new_order():
     for batch_images, batch_labels in dataset.take(2):
         assert batch_images.shape == (BATCH, 32, 32, 3) and batch_images.dtype == tf.uint8
         # Flips and shifts move pixels, never mix images: image i still holds only i.
-        np.testing.assert_array_equal(batch_images.numpy().reshape(BATCH, -1).max(axis=1),
-                                      batch_labels.numpy())
-        np.testing.assert_array_equal(batch_images.numpy().reshape(BATCH, -1).min(axis=1),
-                                      batch_labels.numpy())
+        np.testing.assert_array_equal(
+            batch_images.numpy().reshape(BATCH, -1).max(axis=1), batch_labels.numpy()
+        )
+        np.testing.assert_array_equal(
+            batch_images.numpy().reshape(BATCH, -1).min(axis=1), batch_labels.numpy()
+        )
 
 
 def test_augmentation_without_translation_is_identity_or_mirror():
@@ -57,8 +59,10 @@ def test_datasets_run_without_the_autotuner():
     """Destroying an autotuned iterator waits on the autotuner's thread (17-19 s stalls
     between epochs here); fixed parallelism avoids that."""
     images, labels = _indexed_images()
-    for dataset in (data.training_dataset(images, labels, BATCH),
-                    data.evaluation_dataset(images, labels, BATCH)):
+    for dataset in (
+        data.training_dataset(images, labels, BATCH),
+        data.evaluation_dataset(images, labels, BATCH),
+    ):
         assert dataset.options().autotune.enabled is False
 
 

@@ -8,8 +8,9 @@ import subprocess
 import sys
 import textwrap
 
-import cifar_fixtures as fx
 from components.trainer.keras import tf
+
+import cifar_fixtures as fx
 
 # Runs run_fn in a fresh process (run_fn sets process-wide Keras state); with "die_after" it
 # dies like a preempted worker at the end of that epoch, after the checkpoint was written.
@@ -48,18 +49,31 @@ def _write_split(path, labels, seed):
     images = fx.make_images(labels, seed)
     with tf.io.TFRecordWriter(str(path), options="GZIP") as writer:
         for image, label in zip(images, labels):
-            writer.write(tf.train.Example(features=tf.train.Features(feature={
-                "image_raw": tf.train.Feature(
-                    bytes_list=tf.train.BytesList(value=[image.tobytes()])),
-                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
-            })).SerializeToString())
+            writer.write(
+                tf.train.Example(
+                    features=tf.train.Features(
+                        feature={
+                            "image_raw": tf.train.Feature(
+                                bytes_list=tf.train.BytesList(value=[image.tobytes()])
+                            ),
+                            "label": tf.train.Feature(
+                                int64_list=tf.train.Int64List(value=[int(label)])
+                            ),
+                        }
+                    )
+                ).SerializeToString()
+            )
 
 
 def _train(root, execution, die_after):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    return subprocess.run([sys.executable, "-c", RUN_TRAINER, str(root), execution,
-                           str(die_after)], capture_output=True, text=True, env=env,
-                          timeout=900)
+    return subprocess.run(
+        [sys.executable, "-c", RUN_TRAINER, str(root), execution, str(die_after)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
 
 
 def test_second_execution_with_other_paths_resumes_from_the_last_epoch(tmp_path):

@@ -12,10 +12,11 @@ import textwrap
 
 import pytest
 
-import cifar_fixtures as fx
 from components.progress import PROGRESS_LOGGER, duration
 from components.trainer.keras import tf
 from pipeline.local_runner import _ProgressPrinter
+
+import cifar_fixtures as fx
 
 # Dies (like a killed run) right after fit, before the export that would remove the
 # checkpoints, unless argv[3] is "finish".
@@ -31,25 +32,39 @@ TRAIN = textwrap.dedent("""
                   serving_model_dir=root + "/serving", model_run_dir=root + "/run/7",
                   custom_config=json.loads(sys.argv[2])))
 """)
-CONFIG = json.dumps({"strategy": "default", "per_replica_batch_size": 32, "epochs": 3,
-                     "precision": "float32"})
+CONFIG = json.dumps(
+    {"strategy": "default", "per_replica_batch_size": 32, "epochs": 3, "precision": "float32"}
+)
 
 
 def _write_split(path, labels, seed):
     with tf.io.TFRecordWriter(str(path), options="GZIP") as writer:
         for image, label in zip(fx.make_images(labels, seed), labels):
-            writer.write(tf.train.Example(features=tf.train.Features(feature={
-                "image_raw": tf.train.Feature(bytes_list=tf.train.BytesList(
-                    value=[image.tobytes()])),
-                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
-            })).SerializeToString())
+            writer.write(
+                tf.train.Example(
+                    features=tf.train.Features(
+                        feature={
+                            "image_raw": tf.train.Feature(
+                                bytes_list=tf.train.BytesList(value=[image.tobytes()])
+                            ),
+                            "label": tf.train.Feature(
+                                int64_list=tf.train.Int64List(value=[int(label)])
+                            ),
+                        }
+                    )
+                ).SerializeToString()
+            )
 
 
 def _train(root, finish: bool):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "-c", TRAIN, str(root), CONFIG,
-                           "finish" if finish else "die"], capture_output=True, text=True,
-                          env=env, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-c", TRAIN, str(root), CONFIG, "finish" if finish else "die"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert done.returncode == (0 if finish else 17), done.stderr[-3000:]
     return done
 
@@ -61,8 +76,9 @@ def killed_after_three_epochs(tmp_path):
     _train(tmp_path, finish=False)
     checkpoints = sorted(tmp_path.rglob("ckpt-*.index"))
     assert [p.name for p in checkpoints] == ["ckpt-1.index", "ckpt-2.index", "ckpt-3.index"]
-    return tmp_path, {p.name.split(".")[0]: p.with_suffix(".data-00000-of-00001")
-                      for p in checkpoints}
+    return tmp_path, {
+        p.name.split(".")[0]: p.with_suffix(".data-00000-of-00001") for p in checkpoints
+    }
 
 
 def _summary(root):
@@ -94,7 +110,10 @@ def test_no_readable_checkpoint_starts_over(killed_after_three_epochs):
     summary = _summary(root)
     assert summary["resumed_from_epoch"] == 0
     assert [s["checkpoint"] for s in summary["checkpoint_fallback"]["skipped"]] == [
-        "ckpt-3", "ckpt-2", "ckpt-1"]
+        "ckpt-3",
+        "ckpt-2",
+        "ckpt-1",
+    ]
     history = json.loads((root / "run" / "7" / "history.json").read_text())
     assert [e["epoch"] for e in history] == [1, 2, 3]
 
@@ -121,11 +140,15 @@ def test_progress_printer_shows_live_updates_only_on_a_terminal(terminal):
     printer.emit(_record(logging.INFO, "Trainer: epoch 1/2 done"))
     printer.emit(_record(logging.INFO, "unrelated", name="tfx"))
     text = console.getvalue()
-    lasting = [line.split("] ", 1)[1] for line in text.replace("\r\033[K", "\n").splitlines()
-               if line]
+    lasting = [
+        line.split("] ", 1)[1] for line in text.replace("\r\033[K", "\n").splitlines() if line
+    ]
     if terminal:
-        assert lasting == ["Trainer: epoch 1/2, step 3/9", "Trainer: epoch 1/2, step 6/9",
-                           "Trainer: epoch 1/2 done"]
+        assert lasting == [
+            "Trainer: epoch 1/2, step 3/9",
+            "Trainer: epoch 1/2, step 6/9",
+            "Trainer: epoch 1/2 done",
+        ]
         assert text.count("\r\033[K") == 2 and text.endswith("done\n")
     else:
         assert lasting == ["Trainer: epoch 1/2 done"] and "\r" not in text

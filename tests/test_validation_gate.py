@@ -9,18 +9,25 @@ import tensorflow as tf
 import tensorflow_data_validation as tfdv
 from tfx.types import artifact_utils, standard_artifacts
 
-import cifar_fixtures as fx
 from components.validation_gate.checks import DataValidationError
 from components.validation_gate.executor import Executor
 from pipeline.config import SCHEMA_PATH
 
+import cifar_fixtures as fx
+
 
 def _example(image: bytes, label: int, record_id: str) -> bytes:
-    return tf.train.Example(features=tf.train.Features(feature={
-        "image_raw": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image])),
-        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
-        "record_id": tf.train.Feature(bytes_list=tf.train.BytesList(value=[record_id.encode()])),
-    })).SerializeToString()
+    return tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                "image_raw": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image])),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                "record_id": tf.train.Feature(
+                    bytes_list=tf.train.BytesList(value=[record_id.encode()])
+                ),
+            }
+        )
+    ).SerializeToString()
 
 
 def _clean_split(per_class=3, seed=0):
@@ -44,10 +51,13 @@ def _artifacts(tmp_path, splits):
             for i, (image, label) in enumerate(records):
                 writer.write(_example(image, label, f"{split}:{i}"))
         stats = tfdv.generate_statistics_from_tfrecord(
-            str(data), stats_options=tfdv.StatsOptions(schema=schema))
+            str(data), stats_options=tfdv.StatsOptions(schema=schema)
+        )
         found = tfdv.validate_statistics(stats, schema)
-        for artifact, name, proto in ((statistics, "FeatureStats.pb", stats),
-                                      (anomalies, "SchemaDiff.pb", found)):
+        for artifact, name, proto in (
+            (statistics, "FeatureStats.pb", stats),
+            (anomalies, "SchemaDiff.pb", found),
+        ):
             folder = artifact_utils.get_split_uri([artifact], split)
             os.makedirs(folder, exist_ok=True)
             with open(os.path.join(folder, name), "wb") as handle:
@@ -56,8 +66,9 @@ def _artifacts(tmp_path, splits):
 
 
 def test_clean_data_passes(tmp_path):
-    Executor().Do(_artifacts(tmp_path, {"train": _clean_split(), "eval": _clean_split(seed=1)}),
-                  {}, {})
+    Executor().Do(
+        _artifacts(tmp_path, {"train": _clean_split(), "eval": _clean_split(seed=1)}), {}, {}
+    )
 
 
 def test_label_out_of_range_stops_the_run(tmp_path):
@@ -70,8 +81,10 @@ def test_label_out_of_range_stops_the_run(tmp_path):
 def test_wrong_image_size_stops_the_run(tmp_path):
     evals = _clean_split(seed=1)
     evals[3] = (evals[3][0][:3000], evals[3][1])
-    with pytest.raises(DataValidationError,
-                       match=r"split 'eval', feature 'image_raw': images are 3000 to 3072 bytes"):
+    with pytest.raises(
+        DataValidationError,
+        match=r"split 'eval', feature 'image_raw': images are 3000 to 3072 bytes",
+    ):
         Executor().Do(_artifacts(tmp_path, {"train": _clean_split(), "eval": evals}), {}, {})
 
 

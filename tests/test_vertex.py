@@ -8,7 +8,6 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
-
 from google.cloud.aiplatform_v1.types import AcceleratorType, CustomJobSpec
 
 from pipeline import cli, vertex_runner
@@ -20,9 +19,25 @@ IMAGE = "us-docker.pkg.dev/proj-x/pipelines/cifar10:v1"
 ROOT = "gs://bucket-x/pipeline-root"
 SERVICE_ACCOUNT = "trainer@proj-x.iam.gserviceaccount.com"
 NETWORK = "projects/123456/global/networks/vpc-1"
-COMPILE_ARGS = ["compile", "--target", "vertex", "--project", "proj-x", "--region",
-                "us-central1", "--pipeline-root", ROOT, "--image", IMAGE, "--data",
-                "gs://bucket-x/cifar-10-binary.tar.gz", "--tpu-type", "TPU_V3", "--tpu-cores", "8"]
+COMPILE_ARGS = [
+    "compile",
+    "--target",
+    "vertex",
+    "--project",
+    "proj-x",
+    "--region",
+    "us-central1",
+    "--pipeline-root",
+    ROOT,
+    "--image",
+    IMAGE,
+    "--data",
+    "gs://bucket-x/cifar-10-binary.tar.gz",
+    "--tpu-type",
+    "TPU_V3",
+    "--tpu-cores",
+    "8",
+]
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +55,16 @@ def test_compiled_dag_has_every_component_and_dependency(compiled):
     _, job = compiled
     tasks = _tasks(job)
     deps = {name: set(task.get("dependentTasks", [])) for name, task in tasks.items()}
-    for name in ("Cifar10ExampleGen", "ImportSchemaGen", "StatisticsGen", "ExampleValidator",
-                 "DataValidationGate", "Trainer", "Evaluator", "AtomicPusher"):
+    for name in (
+        "Cifar10ExampleGen",
+        "ImportSchemaGen",
+        "StatisticsGen",
+        "ExampleValidator",
+        "DataValidationGate",
+        "Trainer",
+        "Evaluator",
+        "AtomicPusher",
+    ):
         assert name in tasks
     assert {"Cifar10ExampleGen", "ImportSchemaGen"} <= deps["StatisticsGen"]
     assert {"StatisticsGen", "ExampleValidator"} <= deps["DataValidationGate"]
@@ -84,14 +107,38 @@ def compiled_for_v5e(tmp_path_factory):
     """Every cloud flag at once: v5e, a TPU image, Dataflow options, identity, no caching."""
     path = tmp_path_factory.mktemp("vertex-v5e") / "pipeline.json"
     args = [a for a in COMPILE_ARGS if a not in ("TPU_V3", "8", "--tpu-type", "--tpu-cores")]
-    assert cli.main(args + [
-        "--tpu-type", "v5litepod-8", "--tpu-image", IMAGE + "-tpu", "--output", str(path),
-        "--dataflow-region", "us-central1", "--dataflow-temp-location", "gs://bucket-x/tmp",
-        "--beam-arg=--disk_size_gb=100", "--beam-arg=--machine_type=n2-standard-4",
-        "--beam-arg=--max_num_workers=4", "--beam-arg=--no_use_public_ips",
-        "--beam-arg=--subnetwork=regions/us-central1/subnetworks/s1",
-        "--service-account", SERVICE_ACCOUNT, "--network", NETWORK,
-        "--label", "team=vision", "--label", "cost-center=42", "--no-cache"]) == 0
+    assert (
+        cli.main(
+            args
+            + [
+                "--tpu-type",
+                "v5litepod-8",
+                "--tpu-image",
+                IMAGE + "-tpu",
+                "--output",
+                str(path),
+                "--dataflow-region",
+                "us-central1",
+                "--dataflow-temp-location",
+                "gs://bucket-x/tmp",
+                "--beam-arg=--disk_size_gb=100",
+                "--beam-arg=--machine_type=n2-standard-4",
+                "--beam-arg=--max_num_workers=4",
+                "--beam-arg=--no_use_public_ips",
+                "--beam-arg=--subnetwork=regions/us-central1/subnetworks/s1",
+                "--service-account",
+                SERVICE_ACCOUNT,
+                "--network",
+                NETWORK,
+                "--label",
+                "team=vision",
+                "--label",
+                "cost-center=42",
+                "--no-cache",
+            ]
+        )
+        == 0
+    )
     return path, json.loads(path.read_text())
 
 
@@ -107,28 +154,37 @@ def test_cloud_flags_reach_the_training_job_and_dataflow(compiled_for_v5e):
     assert pool.machine_spec.accelerator_count == 0  # v5e: no accelerator fields
     assert pool.container_spec.image_uri == IMAGE + "-tpu"
     assert {e.name: e.value for e in pool.container_spec.env}[
-        "TF_PLUGGABLE_DEVICE_LIBRARY_PATH"] == "/lib/libtpu.so"
+        "TF_PLUGGABLE_DEVICE_LIBRARY_PATH"
+    ] == "/lib/libtpu.so"
     assert training_args["labels"] == {"team": "vision", "cost-center": "42"}
     beam = job["pipelineSpec"]["deploymentSpec"]["executors"]["StatisticsGen_executor"][
-        "container"]["args"]
-    for option in ("--runner=DataflowRunner", "--disk_size_gb=100",
-                   "--machine_type=n2-standard-4", "--max_num_workers=4",
-                   "--no_use_public_ips", "--subnetwork=regions/us-central1/subnetworks/s1",
-                   f"--service_account_email={SERVICE_ACCOUNT}",
-                   f"--sdk_container_image={IMAGE}"):
+        "container"
+    ]["args"]
+    for option in (
+        "--runner=DataflowRunner",
+        "--disk_size_gb=100",
+        "--machine_type=n2-standard-4",
+        "--max_num_workers=4",
+        "--no_use_public_ips",
+        "--subnetwork=regions/us-central1/subnetworks/s1",
+        f"--service_account_email={SERVICE_ACCOUNT}",
+        f"--sdk_container_image={IMAGE}",
+    ):
         assert option in beam
-    assert not any(t.get("cachingOptions", {}).get("enableCache")
-                   for t in _tasks(job).values())
+    assert not any(t.get("cachingOptions", {}).get("enableCache") for t in _tasks(job).values())
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--tpu-type", "v5litepod-16"], "--tpu-type 'v5litepod-16' is not offered"),
-    (["--tpu-type", "v4-8"], "choose one of v2-8, v3-8, v5litepod-1"),
-    (["--tpu-type", "TPU_V2", "--tpu-cores", "32"], "--tpu-cores 32 does not match"),
-    (["--beam-arg", "disk_size_gb=100"], "--beam-arg 'disk_size_gb=100' must be a Beam option"),
-    (["--label", "Team=x"], "--label 'Team=x' must be KEY=VALUE"),
-    (["--network", "vpc-1"], "--network must be projects/PROJECT_NUMBER/global/networks/NAME"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--tpu-type", "v5litepod-16"], "--tpu-type 'v5litepod-16' is not offered"),
+        (["--tpu-type", "v4-8"], "choose one of v2-8, v3-8, v5litepod-1"),
+        (["--tpu-type", "TPU_V2", "--tpu-cores", "32"], "--tpu-cores 32 does not match"),
+        (["--beam-arg", "disk_size_gb=100"], "--beam-arg 'disk_size_gb=100' must be a Beam option"),
+        (["--label", "Team=x"], "--label 'Team=x' must be KEY=VALUE"),
+        (["--network", "vpc-1"], "--network must be projects/PROJECT_NUMBER/global/networks/NAME"),
+    ],
+)
 def test_bad_cloud_flags_are_one_line_at_compile_time(flags, message, tmp_path, capsys):
     args = [a for a in COMPILE_ARGS if a not in ("TPU_V3", "8", "--tpu-type", "--tpu-cores")]
     output = tmp_path / "p.json"
@@ -142,8 +198,11 @@ def test_image_root_and_no_local_paths(compiled):
     path, job = compiled
     text = path.read_text()
     assert job["runtimeConfig"]["gcsOutputDirectory"] == ROOT
-    images = {e["container"]["image"] for e in
-              job["pipelineSpec"]["deploymentSpec"]["executors"].values() if "container" in e}
+    images = {
+        e["container"]["image"]
+        for e in job["pipelineSpec"]["deploymentSpec"]["executors"].values()
+        if "container" in e
+    }
     assert images == {IMAGE}
     for local in {str(PROJECT_ROOT), os.getcwd(), "/tmp/", str(Path.home())}:
         assert local not in text, f"local path {local} leaked into the compiled pipeline"
@@ -153,9 +212,16 @@ def test_image_root_and_no_local_paths(compiled):
 def test_local_and_vertex_pipelines_share_one_topology(tmp_path):
     training = TrainingConfig()
     local = create_pipeline(local_config(tmp_path, "/data/c.tar.gz", "f", training))
-    vertex = create_pipeline(vertex_runner.vertex_config(
-        project="p", region="r", pipeline_root=ROOT, image=IMAGE,
-        source_uri="gs://b/c.tar.gz", training=training))
+    vertex = create_pipeline(
+        vertex_runner.vertex_config(
+            project="p",
+            region="r",
+            pipeline_root=ROOT,
+            image=IMAGE,
+            source_uri="gs://b/c.tar.gz",
+            training=training,
+        )
+    )
 
     def edges(pipeline):
         return {(c.id, tuple(sorted(u.id for u in c.upstream_nodes))) for c in pipeline.components}
@@ -165,22 +231,31 @@ def test_local_and_vertex_pipelines_share_one_topology(tmp_path):
 
 def test_compile_rejects_local_paths():
     with pytest.raises(ValueError, match="--data must be a gs:// URI"):
-        vertex_runner.vertex_config(project="p", region="r", pipeline_root=ROOT, image=IMAGE,
-                                    source_uri="/home/me/c.tar.gz", training=TrainingConfig())
+        vertex_runner.vertex_config(
+            project="p",
+            region="r",
+            pipeline_root=ROOT,
+            image=IMAGE,
+            source_uri="/home/me/c.tar.gz",
+            training=TrainingConfig(),
+        )
 
 
 def test_submit_dry_run_validates_and_describes(compiled, capsys):
     path, _ = compiled
-    assert cli.main(["submit", str(path), "--project", "proj-x", "--region", "us-central1",
-                     "--dry-run"]) == 0
+    assert (
+        cli.main(
+            ["submit", str(path), "--project", "proj-x", "--region", "us-central1", "--dry-run"]
+        )
+        == 0
+    )
     shown = capsys.readouterr().out
     assert "would submit PipelineJob 'cifar10-" in shown
     assert "projects/proj-x/locations/us-central1" in shown and IMAGE in shown
     assert "Trainer" in shown and "caching    as compiled" in shown
 
 
-def test_dry_run_takes_identity_and_labels_from_the_compiled_training_job(compiled_for_v5e,
-                                                                         capsys):
+def test_dry_run_takes_identity_and_labels_from_the_compiled_training_job(compiled_for_v5e, capsys):
     path, _ = compiled_for_v5e
     assert cli.main(["submit", str(path), "--dry-run", "--label", "run=nightly"]) == 0
     shown = capsys.readouterr().out
@@ -189,10 +264,13 @@ def test_dry_run_takes_identity_and_labels_from_the_compiled_training_job(compil
     assert "projects/proj-x/locations/us-central1" in shown
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--project", "proj-y"], "was compiled for project 'proj-x', not 'proj-y'"),
-    (["--region", "europe-west4"], "was compiled for region 'us-central1', not 'europe-west4'"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--project", "proj-y"], "was compiled for project 'proj-x', not 'proj-y'"),
+        (["--region", "europe-west4"], "was compiled for region 'us-central1', not 'europe-west4'"),
+    ],
+)
 def test_submit_refuses_another_project_or_region(compiled, flags, message, capsys):
     path, _ = compiled
     assert cli.main(["submit", str(path), "--dry-run", *flags]) == 2
@@ -222,22 +300,25 @@ class _FakeVertex(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(reply)
 
-    def do_POST(self):  # noqa: N802 - http.server API
+    def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         _FakeVertex.requests.append((self.path, body))
         self._reply({**body, "name": JOB_NAME, "state": "PIPELINE_STATE_PENDING"})
 
-    def do_GET(self):  # noqa: N802 - http.server API
+    def do_GET(self):
         if self.path.startswith("/storage/v1/b/"):
             self._reply({"name": "bucket-x"})
             return
         _FakeVertex.polls += 1
         done = _FakeVertex.polls > 2
         task_state = "SUCCEEDED" if done else "RUNNING"
-        self._reply({"name": JOB_NAME,
-                     "state": "PIPELINE_STATE_SUCCEEDED" if done else "PIPELINE_STATE_RUNNING",
-                     "jobDetail": {"taskDetails": [{"taskName": "Trainer",
-                                                    "state": task_state}]}})
+        self._reply(
+            {
+                "name": JOB_NAME,
+                "state": "PIPELINE_STATE_SUCCEEDED" if done else "PIPELINE_STATE_RUNNING",
+                "jobDetail": {"taskDetails": [{"taskName": "Trainer", "state": task_state}]},
+            }
+        )
 
     def log_message(self, *args):
         pass
@@ -255,18 +336,34 @@ def fake_vertex(monkeypatch):
     _FakeVertex.requests, _FakeVertex.polls = [], 0
     url = f"http://127.0.0.1:{server.server_port}"
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)  # the bucket check, on the stand-in
-    monkeypatch.setattr("google.auth.default",
-                        lambda *a, **k: (AnonymousCredentials(), "proj-x"))
+    monkeypatch.setattr("google.auth.default", lambda *a, **k: (AnonymousCredentials(), "proj-x"))
     yield url
     server.shutdown()
 
 
-def test_submit_sends_a_pipeline_job_through_aiplatform_and_waits(compiled_for_v5e,
-                                                                  fake_vertex, capsys):
+def test_submit_sends_a_pipeline_job_through_aiplatform_and_waits(
+    compiled_for_v5e, fake_vertex, capsys
+):
     path, job = compiled_for_v5e
-    assert cli.main(["submit", str(path), "--project", "proj-x", "--label", "run=nightly",
-                     "--cache", "--wait", "--poll-seconds", "0",
-                     "--api-endpoint", fake_vertex]) == 0
+    assert (
+        cli.main(
+            [
+                "submit",
+                str(path),
+                "--project",
+                "proj-x",
+                "--label",
+                "run=nightly",
+                "--cache",
+                "--wait",
+                "--poll-seconds",
+                "0",
+                "--api-endpoint",
+                fake_vertex,
+            ]
+        )
+        == 0
+    )
     [(url, body)] = _FakeVertex.requests
     assert url.startswith("/v1/projects/proj-x/locations/us-central1/pipelineJobs")
     assert f"pipelineJobId={body['displayName']}" in url
@@ -276,8 +373,10 @@ def test_submit_sends_a_pipeline_job_through_aiplatform_and_waits(compiled_for_v
     assert body["labels"] == {"team": "vision", "cost-center": "42", "run": "nightly"}
     # --cache overrides the compiled --no-cache on every task.
     for name in ("Cifar10ExampleGen", "StatisticsGen", "Trainer", "Evaluator"):
-        assert body["pipelineSpec"]["root"]["dag"]["tasks"][name]["cachingOptions"][
-            "enableCache"] is True
+        assert (
+            body["pipelineSpec"]["root"]["dag"]["tasks"][name]["cachingOptions"]["enableCache"]
+            is True
+        )
     out, err = capsys.readouterr()
     assert f"Submitted {JOB_NAME}" in out and "ended: PIPELINE_STATE_SUCCEEDED" in out
     assert "Trainer: RUNNING" in err and "Trainer: SUCCEEDED" in err
@@ -293,17 +392,34 @@ def test_submit_without_credentials_is_one_clear_line(compiled, tmp_path, monkey
     assert err.startswith("error: no Google Cloud credentials found") and len(err.splitlines()) == 1
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--strategy", "mirrored"], "--strategy mirrored cannot run on the Vertex Cloud TPU"),
-    (["--cpu-replicas", "8"], "--cpu-replicas splits a local CPU"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--strategy", "mirrored"], "--strategy mirrored cannot run on the Vertex Cloud TPU"),
+        (["--cpu-replicas", "8"], "--cpu-replicas splits a local CPU"),
+    ],
+)
 def test_compile_refuses_training_settings_a_tpu_cannot_honour(flags, message, tmp_path, capsys):
     from pipeline import cli
 
-    status = cli.main(["compile", "--project", "p", "--region", "us-central1",
-                       "--pipeline-root", "gs://b/root", "--image", "img",
-                       "--data", "gs://b/data.tar.gz", "--output", str(tmp_path / "p.yaml"),
-                       *flags])
+    status = cli.main(
+        [
+            "compile",
+            "--project",
+            "p",
+            "--region",
+            "us-central1",
+            "--pipeline-root",
+            "gs://b/root",
+            "--image",
+            "img",
+            "--data",
+            "gs://b/data.tar.gz",
+            "--output",
+            str(tmp_path / "p.yaml"),
+            *flags,
+        ]
+    )
     assert status == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "p.yaml").exists()

@@ -24,8 +24,14 @@ class AtomicPusher(base_component.BaseComponent):
     SPEC_CLASS = AtomicPusherSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)
 
-    def __init__(self, model: types.BaseChannel, model_blessing: types.BaseChannel,
-                 base_directory: str):
-        super().__init__(spec=AtomicPusherSpec(
-            model=model, model_blessing=model_blessing, base_directory=base_directory,
-            pushed_model=types.Channel(type=standard_artifacts.PushedModel)))
+    def __init__(
+        self, model: types.BaseChannel, model_blessing: types.BaseChannel, base_directory: str
+    ):
+        super().__init__(
+            spec=AtomicPusherSpec(
+                model=model,
+                model_blessing=model_blessing,
+                base_directory=base_directory,
+                pushed_model=types.Channel(type=standard_artifacts.PushedModel),
+            )
+        )

@@ -32,8 +32,11 @@ NEW_VERSION_KEY = "new_version"
 
 def _next_version(base_directory: str) -> str:
     """Unix seconds, bumped past any existing version so versions only increase."""
-    existing = [int(n.rstrip("/")) for n in fileio.listdir(base_directory)
-                if n.rstrip("/").isdigit()] if fileio.exists(base_directory) else []
+    existing = (
+        [int(n.rstrip("/")) for n in fileio.listdir(base_directory) if n.rstrip("/").isdigit()]
+        if fileio.exists(base_directory)
+        else []
+    )
     return str(max([int(time.time())] + [v + 1 for v in existing]))
 
 
@@ -45,18 +48,21 @@ def clear_stale_staging(base_directory: str) -> None:
     for name in fileio.listdir(base_directory):
         path = os.path.join(base_directory, name.rstrip("/"))
         if name.startswith(STAGING_PREFIX) or (
-                name.rstrip("/").isdigit() and not fileio.exists(
-                    os.path.join(path, SAVED_MODEL_FILE))):
+            name.rstrip("/").isdigit() and not fileio.exists(os.path.join(path, SAVED_MODEL_FILE))
+        ):
             fileio.rmtree(path)
 
 
 def _version_holding(base_directory: str, model_path: str) -> str | None:
     for name in fileio.listdir(base_directory):
         source = os.path.join(base_directory, name.rstrip("/"), SOURCE_FILE)
-        complete = fileio.exists(os.path.join(base_directory, name.rstrip("/"),
-                                              SAVED_MODEL_FILE))
-        if name.rstrip("/").isdigit() and complete and fileio.exists(source) \
-                and io_utils.read_string_file(source) == model_path:
+        complete = fileio.exists(os.path.join(base_directory, name.rstrip("/"), SAVED_MODEL_FILE))
+        if (
+            name.rstrip("/").isdigit()
+            and complete
+            and fileio.exists(source)
+            and io_utils.read_string_file(source) == model_path
+        ):
             return name.rstrip("/")
     return None
 
@@ -68,8 +74,11 @@ def copy_to_staging(model_path: str, staging: str) -> None:
 
 def _files_under(directory: str) -> list[str]:
     """Paths of all files under `directory`, relative to it."""
-    return sorted(os.path.relpath(os.path.join(root, name), directory)
-                  for root, _, names in fileio.walk(directory) for name in names)
+    return sorted(
+        os.path.relpath(os.path.join(root, name), directory)
+        for root, _, names in fileio.walk(directory)
+        for name in names
+    )
 
 
 def move_into_place(staging: str, final: str) -> None:
@@ -105,13 +114,19 @@ class Executor(pusher_executor.Executor):
     def Do(self, input_dict, output_dict, exec_properties) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
         model_push = artifact_utils.get_single_instance(
-            output_dict[standard_component_specs.PUSHED_MODEL_KEY])
+            output_dict[standard_component_specs.PUSHED_MODEL_KEY]
+        )
         if not self.CheckBlessing(input_dict):
             self._MarkNotPushed(model_push)
             return
         serving_path, version, is_new = publish_version(
-            self.GetModelPath(input_dict), exec_properties[BASE_DIRECTORY_KEY])
-        logging.info("Model version %s %s at %s", version,
-                     "published" if is_new else "was already served", serving_path)
+            self.GetModelPath(input_dict), exec_properties[BASE_DIRECTORY_KEY]
+        )
+        logging.info(
+            "Model version %s %s at %s",
+            version,
+            "published" if is_new else "was already served",
+            serving_path,
+        )
         self._MarkPushed(model_push, pushed_destination=serving_path, pushed_version=version)
         model_push.set_int_custom_property(NEW_VERSION_KEY, int(is_new))

@@ -26,8 +26,9 @@ class Cifar10ExampleGen(base_beam_component.BaseBeamComponent):
     def __init__(self, source_uri: str, source_fingerprint: str, eval_fraction: float = 0.1):
         if not 0.0 < eval_fraction < 1.0:
             raise ValueError(f"eval_fraction must be in (0, 1), got {eval_fraction}")
-        input_config = example_gen_pb2.Input(splits=[
-            example_gen_pb2.Input.Split(name=name, pattern=name) for name in SPLITS])
+        input_config = example_gen_pb2.Input(
+            splits=[example_gen_pb2.Input.Split(name=name, pattern=name) for name in SPLITS]
+        )
         spec = Cifar10ExampleGenSpec(
             source_uri=source_uri,
             source_fingerprint=source_fingerprint,

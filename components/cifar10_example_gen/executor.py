@@ -2,28 +2,36 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import apache_beam as beam
 import tensorflow as tf
 from tfx.components.example_gen.base_example_gen_executor import BaseExampleGenExecutor
 
 from components.cifar10_example_gen import sources
-from components.contract import IMAGE_KEY, LABEL_KEY, RECORD_ID_KEY
 from components.cifar10_example_gen.spec import EVAL_FRACTION_KEY, SOURCE_URI_KEY
+from components.contract import IMAGE_KEY, LABEL_KEY, RECORD_ID_KEY
 
 
 def to_example(record: sources.Record) -> tf.train.Example:
     feature = tf.train.Feature
-    return tf.train.Example(features=tf.train.Features(feature={
-        IMAGE_KEY: feature(bytes_list=tf.train.BytesList(value=[record.image])),
-        LABEL_KEY: feature(int64_list=tf.train.Int64List(value=[record.label])),
-        RECORD_ID_KEY: feature(bytes_list=tf.train.BytesList(value=[record.record_id.encode()])),
-    }))
+    return tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                IMAGE_KEY: feature(bytes_list=tf.train.BytesList(value=[record.image])),
+                LABEL_KEY: feature(int64_list=tf.train.Int64List(value=[record.label])),
+                RECORD_ID_KEY: feature(
+                    bytes_list=tf.train.BytesList(value=[record.record_id.encode()])
+                ),
+            }
+        )
+    )
 
 
-def _shard_examples(shard: sources.Shard, split: str, has_test_split: bool,
-                    eval_fraction: float) -> Iterator[tf.train.Example]:
+def _shard_examples(
+    shard: sources.Shard, split: str, has_test_split: bool, eval_fraction: float
+) -> Iterator[tf.train.Example]:
     for record_split, record in sources.split_records(shard, has_test_split, eval_fraction):
         if record_split == split:
             yield to_example(record)
@@ -32,16 +40,21 @@ def _shard_examples(shard: sources.Shard, split: str, has_test_split: bool,
 @beam.ptransform_fn
 @beam.typehints.with_input_types(beam.Pipeline)
 @beam.typehints.with_output_types(tf.train.Example)
-def ReadCifar10Split(pipeline: beam.Pipeline, exec_properties: dict[str, Any],
-                     split_pattern: str) -> beam.PCollection:
+def ReadCifar10Split(
+    pipeline: beam.Pipeline, exec_properties: dict[str, Any], split_pattern: str
+) -> beam.PCollection:
     """All examples of one output split ('train' or 'eval'), one Beam element per shard read."""
     shards = sources.list_shards(exec_properties[SOURCE_URI_KEY])
     has_test = any(s.split == sources.TEST for s in shards)
-    return (pipeline
-            | "Shards" >> beam.Create(shards)
-            | "Distribute" >> beam.Reshuffle()
-            | "Read" >> beam.FlatMap(_shard_examples, split_pattern, has_test,
-                                     float(exec_properties[EVAL_FRACTION_KEY])))
+    return (
+        pipeline
+        | "Shards" >> beam.Create(shards)
+        | "Distribute" >> beam.Reshuffle()
+        | "Read"
+        >> beam.FlatMap(
+            _shard_examples, split_pattern, has_test, float(exec_properties[EVAL_FRACTION_KEY])
+        )
+    )
 
 
 class Executor(BaseExampleGenExecutor):

@@ -14,14 +14,16 @@ import posixpath
 import re
 import tarfile
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import BinaryIO, Iterable, Iterator
+from typing import BinaryIO
 
 import numpy as np
 
 from components.contract import IMAGE_BYTES, IMAGE_SHAPE, LABEL_NAMES, NUM_CLASSES
 from components.progress import progress_logger
+
 BINARY_RECORD_BYTES = 1 + IMAGE_BYTES
 # The largest official batch file is 30,730,000 bytes; anything far larger is
 # not CIFAR-10 and must not be read into memory.
@@ -118,7 +120,8 @@ def _batch_shards(source: str, names: Iterable[str]) -> list[Shard]:
     if len(layouts) > 1:
         raise SourceError(
             f"{source}: mixes binary (*.bin) and python (pickled) batch files; "
-            "use one CIFAR-10 release")
+            "use one CIFAR-10 release"
+        )
     return shards
 
 
@@ -154,8 +157,10 @@ def _archive_members(path: str) -> list[str]:
     for member in members:
         reason = _unsafe(member)
         if reason:
-            raise SourceError(f"{path}: unsafe archive member '{member.name}' ({reason}); "
-                              "refusing the whole archive")
+            raise SourceError(
+                f"{path}: unsafe archive member '{member.name}' ({reason}); "
+                "refusing the whole archive"
+            )
     return [m.name for m in members if m.isfile()]
 
 
@@ -169,7 +174,8 @@ def _image_folder_shards(root: str, files: list[str]) -> list[Shard]:
         if class_name not in LABEL_NAMES:
             raise SourceError(
                 f"{os.path.join(root, split, class_name)}: unknown class folder "
-                f"'{class_name}'; expected one of {', '.join(LABEL_NAMES)}")
+                f"'{class_name}'; expected one of {', '.join(LABEL_NAMES)}"
+            )
         shards.add(Shard(root, os.path.join(split, class_name), IMAGE_FOLDER, split))
     return sorted(shards, key=lambda s: s.member)
 
@@ -189,11 +195,13 @@ def list_shards(source: str) -> list[Shard]:
         raise SourceError(
             f"{source}: not a CIFAR-10 source; expected a .tar.gz archive, an extracted "
             "cifar-10-batches-bin/ or cifar-10-batches-py/ folder, or an image folder "
-            "<split>/<class_name>/*.png")
+            "<split>/<class_name>/*.png"
+        )
     if not any(s.split == TRAIN for s in shards):
         raise SourceError(
             f"{source}: no CIFAR-10 training data found (expected data_batch_N.bin, "
-            "data_batch_N (python release) or train/<class_name>/*.png)")
+            "data_batch_N (python release) or train/<class_name>/*.png)"
+        )
     return sorted(shards, key=lambda s: (s.split != TRAIN, s.member))
 
 
@@ -229,14 +237,16 @@ def _check_labels(where: str, labels: np.ndarray) -> None:
     if bad.size:
         raise SourceError(
             f"{where}: record {int(bad[0])} has label {int(labels[bad[0]])}, "
-            f"outside 0..{NUM_CLASSES - 1}")
+            f"outside 0..{NUM_CLASSES - 1}"
+        )
 
 
 def _binary_records(where: str, data: bytes) -> tuple[np.ndarray, np.ndarray]:
     if not data or len(data) % BINARY_RECORD_BYTES:
         raise SourceError(
             f"{where}: {len(data)} bytes is not a positive multiple of the "
-            f"{BINARY_RECORD_BYTES}-byte record size (1 label byte + {IMAGE_BYTES} pixels)")
+            f"{BINARY_RECORD_BYTES}-byte record size (1 label byte + {IMAGE_BYTES} pixels)"
+        )
     table = np.frombuffer(data, dtype=np.uint8).reshape(-1, BINARY_RECORD_BYTES)
     labels = table[:, 0].astype(np.int64)
     _check_labels(where, labels)
@@ -258,7 +268,8 @@ class _NumpyOnlyUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         if (module, name) not in self._ALLOWED:
             raise pickle.UnpicklingError(
-                f"refused to load global '{module}.{name}' (only numpy arrays are allowed)")
+                f"refused to load global '{module}.{name}' (only numpy arrays are allowed)"
+            )
         return super().find_class(module, name)
 
 
@@ -271,13 +282,16 @@ def _python_records(where: str, data: bytes) -> tuple[np.ndarray, np.ndarray]:
         raise SourceError(f"{where}: expected a pickled dict, got {type(batch).__name__}")
     pixels = batch.get(b"data", batch.get("data"))
     labels = batch.get(b"labels", batch.get("labels"))
-    if not isinstance(pixels, np.ndarray) or pixels.dtype != np.uint8 or pixels.ndim != 2 \
-            or pixels.shape[1] != IMAGE_BYTES:
+    if (
+        not isinstance(pixels, np.ndarray)
+        or pixels.dtype != np.uint8
+        or pixels.ndim != 2
+        or pixels.shape[1] != IMAGE_BYTES
+    ):
         raise SourceError(f"{where}: 'data' must be a uint8 array of shape (N, {IMAGE_BYTES})")
     labels = np.asarray(labels if labels is not None else [], dtype=np.int64)
     if labels.shape != (pixels.shape[0],):
-        raise SourceError(
-            f"{where}: {labels.size} labels for {pixels.shape[0]} images")
+        raise SourceError(f"{where}: {labels.size} labels for {pixels.shape[0]} images")
     _check_labels(where, labels)
     return labels, _planar_to_hwc(pixels)
 
@@ -289,7 +303,8 @@ def _decode_image(path: str) -> bytes:
         with _open_binary(path) as handle, Image.open(handle) as image:
             if image.size != (32, 32):
                 raise SourceError(
-                    f"{path}: image is {image.size[0]}x{image.size[1]}, expected 32x32")
+                    f"{path}: image is {image.size[0]}x{image.size[1]}, expected 32x32"
+                )
             return np.asarray(image.convert("RGB"), dtype=np.uint8).tobytes()
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
         if isinstance(err, SourceError):
@@ -306,8 +321,9 @@ def read_shard(shard: Shard) -> Iterator[Record]:
         for rel in _walk_files(folder):
             if rel.lower().endswith(IMAGE_SUFFIXES):
                 count += 1
-                yield Record(os.path.join(shard.member, rel), label,
-                             _decode_image(os.path.join(folder, rel)))
+                yield Record(
+                    os.path.join(shard.member, rel), label, _decode_image(os.path.join(folder, rel))
+                )
         progress_logger().debug("Cifar10ExampleGen: read %s, %d images", folder, count)
         return
     where, data = _read_member(shard)
@@ -316,8 +332,9 @@ def read_shard(shard: Shard) -> Iterator[Record]:
     base = os.path.basename(shard.member)
     for index, (label, image) in enumerate(zip(labels, images)):
         yield Record(f"{base}:{index}", int(label), image.tobytes())
-    progress_logger().debug("Cifar10ExampleGen: read %s, %d records (%s split)", where,
-                            len(labels), shard.split)
+    progress_logger().debug(
+        "Cifar10ExampleGen: read %s, %d records (%s split)", where, len(labels), shard.split
+    )
 
 
 class EvalCarver:
@@ -338,8 +355,9 @@ class EvalCarver:
         return int((rank_in_class + 1) * f) > int(rank_in_class * f)
 
 
-def split_records(shard: Shard, has_test_split: bool,
-                  eval_fraction: float) -> Iterator[tuple[str, Record]]:
+def split_records(
+    shard: Shard, has_test_split: bool, eval_fraction: float
+) -> Iterator[tuple[str, Record]]:
     """Yields ('train' | 'eval', record) for every record of one shard."""
     if shard.split == TEST:
         yield from (("eval", r) for r in read_shard(shard))
@@ -365,8 +383,9 @@ def _archive_batches(path: str, members: set[str]) -> Iterator[tuple[str, bytes]
                 if member.name not in members:
                     continue
                 if member.size > MAX_MEMBER_BYTES:
-                    raise SourceError(f"{path}:{member.name}: {member.size} bytes is too large "
-                                      "for a batch file")
+                    raise SourceError(
+                        f"{path}:{member.name}: {member.size} bytes is too large for a batch file"
+                    )
                 handle = tar.extractfile(member)
                 yield member.name, handle.read() if handle else b""
     except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
@@ -393,7 +412,9 @@ def count_records(source: str) -> dict[str, int]:
     return counts
 
 
-def load_arrays(source: str, eval_fraction: float = 0.1) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def load_arrays(
+    source: str, eval_fraction: float = 0.1
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """All records as {split: (images uint8 [N,32,32,3], labels int64 [N])}.
 
     Used by benchmarks and by the pre-flight check; the pipeline itself reads
@@ -408,8 +429,10 @@ def load_arrays(source: str, eval_fraction: float = 0.1) -> dict[str, tuple[np.n
             images[split].append(record.image)
             labels[split].append(record.label)
     return {
-        split: (np.frombuffer(b"".join(images[split]), np.uint8).reshape((-1,) + IMAGE_SHAPE),
-                np.asarray(labels[split], np.int64))
+        split: (
+            np.frombuffer(b"".join(images[split]), np.uint8).reshape((-1,) + IMAGE_SHAPE),
+            np.asarray(labels[split], np.int64),
+        )
         for split in images
     }
 

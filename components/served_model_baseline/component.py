@@ -27,9 +27,13 @@ class ServedModelBaseline(base_component.BaseComponent):
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)
 
     def __init__(self, model: types.BaseChannel, serving_model_dir: str):
-        super().__init__(spec=ServedModelBaselineSpec(
-            model=model, serving_model_dir=serving_model_dir,
-            baseline_model=types.Channel(type=standard_artifacts.Model)))
+        super().__init__(
+            spec=ServedModelBaselineSpec(
+                model=model,
+                serving_model_dir=serving_model_dir,
+                baseline_model=types.Channel(type=standard_artifacts.Model),
+            )
+        )
 
 
 class ServedBaselineEvaluator(Evaluator):

@@ -32,9 +32,12 @@ def newest_served_version(serving_model_dir: str) -> str | None:
     half-copied versions and other names are not served."""
     if not fileio.exists(serving_model_dir):
         return None
-    served = [int(name.rstrip("/")) for name in fileio.listdir(serving_model_dir)
-              if name.rstrip("/").isdigit() and fileio.exists(
-                  os.path.join(serving_model_dir, name.rstrip("/"), SAVED_MODEL_FILE))]
+    served = [
+        int(name.rstrip("/"))
+        for name in fileio.listdir(serving_model_dir)
+        if name.rstrip("/").isdigit()
+        and fileio.exists(os.path.join(serving_model_dir, name.rstrip("/"), SAVED_MODEL_FILE))
+    ]
     return str(max(served)) if served else None
 
 
@@ -48,8 +51,9 @@ class Executor(base_executor.BaseExecutor):
         serving_model_dir = exec_properties[SERVING_MODEL_DIR_KEY]
         version = newest_served_version(serving_model_dir)
         if version is None:
-            logging.info("Nothing served under %s: the Evaluator runs without a baseline",
-                         serving_model_dir)
+            logging.info(
+                "Nothing served under %s: the Evaluator runs without a baseline", serving_model_dir
+            )
             baseline.set_int_custom_property(SERVED_VERSION_KEY, 0)
             return
         source = os.path.join(serving_model_dir, version)
@@ -63,8 +67,13 @@ class EvaluatorExecutor(evaluator_executor.Executor):
     def Do(self, input_dict, output_dict, exec_properties) -> None:
         baselines = input_dict.get(standard_component_specs.BASELINE_MODEL_KEY, [])
         if baselines and not holds_saved_model(baselines[0]):
-            logging.info("The baseline artifact holds no model (nothing was served): "
-                         "judging the candidate by the absolute thresholds alone")
-            input_dict = {key: value for key, value in input_dict.items()
-                          if key != standard_component_specs.BASELINE_MODEL_KEY}
+            logging.info(
+                "The baseline artifact holds no model (nothing was served): "
+                "judging the candidate by the absolute thresholds alone"
+            )
+            input_dict = {
+                key: value
+                for key, value in input_dict.items()
+                if key != standard_component_specs.BASELINE_MODEL_KEY
+            }
         super().Do(input_dict, output_dict, exec_properties)

@@ -31,8 +31,7 @@ class EpochCheckpoints(keras.callbacks.Callback):
     def __init__(self, network: keras.Model, directory: str):
         super().__init__()
         self.checkpoint = tf.train.Checkpoint(model=network, optimizer=network.optimizer)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
-                                                  max_to_keep=self.KEEP)
+        self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=self.KEEP)
         self.skipped: list[dict[str, str]] = []  # unreadable checkpoints, newest first
 
     def restore_latest(self) -> int:
@@ -48,16 +47,24 @@ class EpochCheckpoints(keras.callbacks.Callback):
                 self.checkpoint.restore(path)
             except (tf.errors.OpError, ValueError, IndexError, OSError) as err:
                 reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
-                self.skipped.append({"checkpoint": os.path.basename(path),
-                                     "error": f"{type(err).__name__}: {reason}"[:300]})
-                logging.warning("Checkpoint %s is unreadable (%s); trying an older one",
-                                path, self.skipped[-1]["error"])
+                self.skipped.append(
+                    {
+                        "checkpoint": os.path.basename(path),
+                        "error": f"{type(err).__name__}: {reason}"[:300],
+                    }
+                )
+                logging.warning(
+                    "Checkpoint %s is unreadable (%s); trying an older one",
+                    path,
+                    self.skipped[-1]["error"],
+                )
                 continue
             logging.info("Resuming from %s", path)
             return int(path.rsplit("-", 1)[-1])
         if self.skipped:
-            logging.warning("No readable checkpoint in %s; training starts over",
-                            self.manager.directory)
+            logging.warning(
+                "No readable checkpoint in %s; training starts over", self.manager.directory
+            )
         return 0
 
     def fallback(self, resumed_from_epoch: int) -> dict | None:
@@ -85,9 +92,11 @@ class TrainingProgress(keras.callbacks.Callback):
 
     def _left(self, seconds_this_epoch_left: float) -> float:
         epochs_after = self.params["epochs"] - self._epoch - 1
-        per_epoch = (sum(self._epoch_seconds) / len(self._epoch_seconds)
-                     if self._epoch_seconds else time.time() - self._started
-                     + seconds_this_epoch_left)
+        per_epoch = (
+            sum(self._epoch_seconds) / len(self._epoch_seconds)
+            if self._epoch_seconds
+            else time.time() - self._started + seconds_this_epoch_left
+        )
         return seconds_this_epoch_left + epochs_after * per_epoch
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -100,20 +109,33 @@ class TrainingProgress(keras.callbacks.Callback):
             return
         self._shown = now
         steps, done, elapsed = self.params["steps"], batch + 1, now - self._started
-        self._log.debug("Trainer: epoch %d/%d, step %d/%d, %.0f images/s, %s left",
-                        self._epoch + 1, self.params["epochs"], done, steps,
-                        done * self.global_batch / elapsed,
-                        duration(self._left(elapsed / done * (steps - done))))
+        self._log.debug(
+            "Trainer: epoch %d/%d, step %d/%d, %.0f images/s, %s left",
+            self._epoch + 1,
+            self.params["epochs"],
+            done,
+            steps,
+            done * self.global_batch / elapsed,
+            duration(self._left(elapsed / done * (steps - done))),
+        )
 
     def on_epoch_end(self, epoch, logs=None):
         seconds = time.time() - self._started
         self._epoch_seconds.append(seconds)
-        metrics = ", ".join(f"{name} {float(value):.4f}" for name, value in (logs or {}).items()
-                            if name in ("loss", "accuracy", "val_accuracy"))
-        self._log.info("Trainer: epoch %d/%d done in %.1fs, %.0f images/s, %s, %s left",
-                       epoch + 1, self.params["epochs"], seconds,
-                       self.params["steps"] * self.global_batch / seconds, metrics,
-                       duration(self._left(0.0)))
+        metrics = ", ".join(
+            f"{name} {float(value):.4f}"
+            for name, value in (logs or {}).items()
+            if name in ("loss", "accuracy", "val_accuracy")
+        )
+        self._log.info(
+            "Trainer: epoch %d/%d done in %.1fs, %.0f images/s, %s, %s left",
+            epoch + 1,
+            self.params["epochs"],
+            seconds,
+            self.params["steps"] * self.global_batch / seconds,
+            metrics,
+            duration(self._left(0.0)),
+        )
 
 
 class EpochHistory(keras.callbacks.Callback):
@@ -121,8 +143,9 @@ class EpochHistory(keras.callbacks.Callback):
     to the model run folder and beside the checkpoints (so a resumed run continues
     the same history), and the same scalars for TensorBoard."""
 
-    def __init__(self, paths: list[str], initial: list[dict] | None = None,
-                 tensorboard_dir: str = ""):
+    def __init__(
+        self, paths: list[str], initial: list[dict] | None = None, tensorboard_dir: str = ""
+    ):
         super().__init__()
         self.paths = paths
         self.epochs: list[dict] = list(initial or [])
@@ -152,18 +175,21 @@ class EpochHistory(keras.callbacks.Callback):
                 json.dump(self.epochs, handle, indent=1)
 
 
-def checkpoint_dir(checkpoint_root: str, model_run_dir: str, train_files: list[str],
-                   config: TrainingConfig) -> str:
+def checkpoint_dir(
+    checkpoint_root: str, model_run_dir: str, train_files: list[str], config: TrainingConfig
+) -> str:
     """A folder that survives a killed or retried run: the same inputs and config give the
     same folder in the next execution, so training resumes instead of restarting.
 
     Under `checkpoint_root` when the pipeline gives one; else beside the model run folders
     (`<trainer>/model_run/<id>` -> `<trainer>/checkpoints`).
     """
-    key = hashlib.sha256(json.dumps([sorted(train_files), config.to_custom_config()],
-                                    sort_keys=True).encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        json.dumps([sorted(train_files), config.to_custom_config()], sort_keys=True).encode()
+    ).hexdigest()[:16]
     root = checkpoint_root or os.path.join(
-        os.path.dirname(os.path.dirname(model_run_dir.rstrip("/"))), "checkpoints")
+        os.path.dirname(os.path.dirname(model_run_dir.rstrip("/"))), "checkpoints"
+    )
     return os.path.join(root.rstrip("/"), key)
 
 

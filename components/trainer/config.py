@@ -40,10 +40,12 @@ class TrainingConfig:
             raise ValueError(f"unknown model '{self.model}'; choose one of {', '.join(MODELS)}")
         if self.strategy not in STRATEGIES:
             raise ValueError(
-                f"unknown strategy '{self.strategy}'; choose one of {', '.join(STRATEGIES)}")
+                f"unknown strategy '{self.strategy}'; choose one of {', '.join(STRATEGIES)}"
+            )
         if self.precision not in PRECISIONS:
             raise ValueError(
-                f"unknown precision '{self.precision}'; choose one of {', '.join(PRECISIONS)}")
+                f"unknown precision '{self.precision}'; choose one of {', '.join(PRECISIONS)}"
+            )
         for name in ("epochs", "per_replica_batch_size"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -56,16 +58,18 @@ class TrainingConfig:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
     @classmethod
-    def from_custom_config(cls, values: dict[str, Any]) -> "TrainingConfig":
+    def from_custom_config(cls, values: dict[str, Any]) -> TrainingConfig:
         """The inverse of `to_custom_config`; unknown keys are an error, never dropped."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - names)
         if unknown:
-            raise ValueError(f"unknown training setting(s) {', '.join(unknown)}; "
-                             f"known: {', '.join(sorted(names))}")
+            raise ValueError(
+                f"unknown training setting(s) {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(names))}"
+            )
         return cls(**values)
 
     @classmethod
-    def from_trainer_custom_config(cls, custom_config: dict[str, Any] | None) -> "TrainingConfig":
+    def from_trainer_custom_config(cls, custom_config: dict[str, Any] | None) -> TrainingConfig:
         """The TrainingConfig inside a Trainer component's whole custom_config."""
         return cls.from_custom_config((custom_config or {}).get(CUSTOM_CONFIG_KEY, {}))

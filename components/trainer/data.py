@@ -16,7 +16,7 @@ the same speed per epoch.
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from components.contract import IMAGE_KEY, IMAGE_SHAPE, LABEL_KEY
 from components.trainer.keras import tf
@@ -24,8 +24,9 @@ from components.trainer.keras import tf
 # Batches prepared ahead of and in parallel with the training step: one per host
 # core (at least two). On a 2-core CPU whole-batch gathers take milliseconds
 # against ~250 ms per step; hosts feeding GPUs or TPUs have more cores to spare.
-PARALLEL_BATCHES = max(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                        else os.cpu_count() or 2)  # sched_getaffinity is Linux-only
+PARALLEL_BATCHES = max(
+    2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
+)  # sched_getaffinity is Linux-only
 FEATURE_SPEC = {
     IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
     LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
@@ -50,8 +51,9 @@ def read_split(file_patterns: Sequence[str]) -> tf.data.Dataset:
     files = sorted(f for pattern in file_patterns for f in tf.io.gfile.glob(pattern))
     if not files:
         raise FileNotFoundError(f"no TFRecord files match {list(file_patterns)}")
-    records = tf.data.TFRecordDataset(files, compression_type="GZIP",
-                                      num_parallel_reads=tf.data.AUTOTUNE)
+    records = tf.data.TFRecordDataset(
+        files, compression_type="GZIP", num_parallel_reads=tf.data.AUTOTUNE
+    )
     return records.batch(1024).map(decode_examples, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
 
 
@@ -64,15 +66,17 @@ def load_split(file_patterns: Sequence[str]) -> tuple[tf.Tensor, tf.Tensor]:
     return tf.concat(images, 0), tf.concat(labels, 0)
 
 
-def augment_batch(images: tf.Tensor, labels: tf.Tensor,
-                  translate: int = 2) -> tuple[tf.Tensor, tf.Tensor]:
+def augment_batch(
+    images: tf.Tensor, labels: tf.Tensor, translate: int = 2
+) -> tuple[tf.Tensor, tf.Tensor]:
     """Per-image random horizontal flip and translation (reflect padding), batched."""
     batch = tf.shape(images)[0]
     flip = tf.random.uniform([batch, 1, 1, 1]) < 0.5
     images = tf.where(flip, tf.reverse(images, axis=[2]), images)
     if translate:
-        padded = tf.pad(images, [[0, 0], [translate, translate], [translate, translate], [0, 0]],
-                        mode="REFLECT")
+        padded = tf.pad(
+            images, [[0, 0], [translate, translate], [translate, translate], [0, 0]], mode="REFLECT"
+        )
         offsets = tf.random.uniform([batch, 2], 0, 2 * translate + 1, dtype=tf.int32)
         rows = offsets[:, 0:1] + tf.range(32)[None, :]  # [B, 32]
         cols = offsets[:, 1:2] + tf.range(32)[None, :]
@@ -87,8 +91,9 @@ def _without_autotuning() -> tf.data.Options:
     return options
 
 
-def training_dataset(images: tf.Tensor, labels: tf.Tensor, global_batch_size: int,
-                     seed: int | None = None) -> tf.data.Dataset:
+def training_dataset(
+    images: tf.Tensor, labels: tf.Tensor, global_batch_size: int, seed: int | None = None
+) -> tf.data.Dataset:
     """Shuffled, augmented, fixed-shape batches, one pass per epoch (drop remainder).
 
     Shuffles indices and gathers whole batches from the cached tensors: a shuffle
@@ -99,18 +104,24 @@ def training_dataset(images: tf.Tensor, labels: tf.Tensor, global_batch_size: in
     def gather(indices: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         return tf.gather(images, indices), tf.gather(labels, indices)
 
-    return (tf.data.Dataset.range(count)
-            .shuffle(count, seed=seed, reshuffle_each_iteration=True)
-            .batch(global_batch_size, drop_remainder=True)
-            .map(gather, num_parallel_calls=PARALLEL_BATCHES)
-            .map(augment_batch, num_parallel_calls=PARALLEL_BATCHES)
-            .prefetch(PARALLEL_BATCHES)
-            .with_options(_without_autotuning()))
+    return (
+        tf.data.Dataset.range(count)
+        .shuffle(count, seed=seed, reshuffle_each_iteration=True)
+        .batch(global_batch_size, drop_remainder=True)
+        .map(gather, num_parallel_calls=PARALLEL_BATCHES)
+        .map(augment_batch, num_parallel_calls=PARALLEL_BATCHES)
+        .prefetch(PARALLEL_BATCHES)
+        .with_options(_without_autotuning())
+    )
 
 
-def evaluation_dataset(images: tf.Tensor, labels: tf.Tensor,
-                       global_batch_size: int) -> tf.data.Dataset:
+def evaluation_dataset(
+    images: tf.Tensor, labels: tf.Tensor, global_batch_size: int
+) -> tf.data.Dataset:
     """Un-augmented batches; the last partial batch is kept so every record counts."""
-    return (tf.data.Dataset.from_tensor_slices((images, labels))
-            .batch(global_batch_size).prefetch(PARALLEL_BATCHES)
-            .with_options(_without_autotuning()))
+    return (
+        tf.data.Dataset.from_tensor_slices((images, labels))
+        .batch(global_batch_size)
+        .prefetch(PARALLEL_BATCHES)
+        .with_options(_without_autotuning())
+    )

@@ -13,8 +13,16 @@ trained under TPUStrategy, MirroredStrategy or bf16 serves on any CPU.
 
 from __future__ import annotations
 
-from components.contract import (CLASSES_KEY, EXAMPLES_INPUT, EXAMPLES_SIGNATURE, IMAGE_SIZE,
-                                 IMAGES_INPUT, IMAGES_SIGNATURE, LABEL_NAMES, PROBABILITIES_KEY)
+from components.contract import (
+    CLASSES_KEY,
+    EXAMPLES_INPUT,
+    EXAMPLES_SIGNATURE,
+    IMAGE_SIZE,
+    IMAGES_INPUT,
+    IMAGES_SIGNATURE,
+    LABEL_NAMES,
+    PROBABILITIES_KEY,
+)
 from components.trainer import data
 from components.trainer.image_header import MAX_IMAGE_PIXELS, check_pixel_limit
 from components.trainer.keras import keras, tf
@@ -33,8 +41,12 @@ def float32_copy(trained: keras.Model, build_fn) -> keras.Model:
 
 
 class ServingModule(tf.Module):
-    def __init__(self, network: keras.Model, test_time_flip: bool = True,
-                 max_image_pixels: int = MAX_IMAGE_PIXELS):
+    def __init__(
+        self,
+        network: keras.Model,
+        test_time_flip: bool = True,
+        max_image_pixels: int = MAX_IMAGE_PIXELS,
+    ):
         super().__init__()
         self.network = network
         self.test_time_flip = test_time_flip
@@ -59,7 +71,9 @@ class ServingModule(tf.Module):
             image = tf.image.resize(image, [IMAGE_SIZE, IMAGE_SIZE], antialias=True)
             return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
 
-        decoded = tf.map_fn(decode, images, fn_output_signature=tf.TensorSpec([IMAGE_SIZE, IMAGE_SIZE, 3], tf.uint8))
+        decoded = tf.map_fn(
+            decode, images, fn_output_signature=tf.TensorSpec([IMAGE_SIZE, IMAGE_SIZE, 3], tf.uint8)
+        )
         return self._outputs(decoded)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)])
@@ -67,10 +81,15 @@ class ServingModule(tf.Module):
         return self._outputs(data.decode_images(examples))
 
 
-def export_serving_model(network: keras.Model, export_dir: str,
-                         max_image_pixels: int = MAX_IMAGE_PIXELS) -> None:
+def export_serving_model(
+    network: keras.Model, export_dir: str, max_image_pixels: int = MAX_IMAGE_PIXELS
+) -> None:
     module = ServingModule(network, max_image_pixels=max_image_pixels)
-    tf.saved_model.save(module, export_dir, signatures={
-        IMAGES_SIGNATURE: module.serve_images.get_concrete_function(),
-        EXAMPLES_SIGNATURE: module.serve_examples.get_concrete_function(),
-    })
+    tf.saved_model.save(
+        module,
+        export_dir,
+        signatures={
+            IMAGES_SIGNATURE: module.serve_images.get_concrete_function(),
+            EXAMPLES_SIGNATURE: module.serve_examples.get_concrete_function(),
+        },
+    )

@@ -19,10 +19,18 @@ TRAINING_TO_FORWARD = 3
 def forward_flops_per_image(network: keras.Model) -> int:
     """FLOPs of one inference of `network` on one image (batch of 1, float32 weights)."""
     spec = tf.TensorSpec([1, *network.input_shape[1:]], network.inputs[0].dtype)
-    graph = tf.function(lambda images: network(images, training=False)).get_concrete_function(
-        spec).graph
-    options = tf.compat.v1.profiler.ProfileOptionBuilder(
-        tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()).with_empty_output().build()
+    graph = (
+        tf.function(lambda images: network(images, training=False))
+        .get_concrete_function(spec)
+        .graph
+    )
+    options = (
+        tf.compat.v1.profiler.ProfileOptionBuilder(
+            tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+        )
+        .with_empty_output()
+        .build()
+    )
     return int(tf.compat.v1.profiler.profile(graph, options=options).total_float_ops)
 
 

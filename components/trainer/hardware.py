@@ -17,13 +17,28 @@ from dataclasses import dataclass, field
 # CPU features (Linux /proc/cpuinfo names) that give oneDNN native bf16 dot products.
 NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 # Features worth recording with a figure: they decide which oneDNN kernels run.
-REPORTED_CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16",
-                      "amx_tile")
+REPORTED_CPU_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_bf16",
+    "amx_tile",
+)
 # ONEDNN_MAX_CPU_ISA values that still allow oneDNN's native bf16 kernels; any other value
 # (SSE41, AVX, AVX2, AVX512_CORE, ...) caps oneDNN below them, and bf16 would be emulated.
-_BF16_ISAS = {"ALL", "DEFAULT", "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX10_1_512",
-              "AVX512_CORE_AMX", "AVX10_1_512_AMX", "AVX512_CORE_AMX_FP16",
-              "AVX10_1_512_AMX_FP16"}
+_BF16_ISAS = {
+    "ALL",
+    "DEFAULT",
+    "AVX512_CORE_BF16",
+    "AVX512_CORE_FP16",
+    "AVX10_1_512",
+    "AVX512_CORE_AMX",
+    "AVX10_1_512_AMX",
+    "AVX512_CORE_AMX_FP16",
+    "AVX10_1_512_AMX_FP16",
+}
 # First GPU generation with fast bf16 (Ampere) and with fast fp16 tensor cores (Volta).
 BF16_GPU_CAPABILITY = (8, 0)
 FP16_GPU_CAPABILITY = (7, 0)
@@ -41,8 +56,11 @@ class Hardware:
     gpu_compute_capability: tuple[int, int] | None = None
 
     def to_json(self) -> dict:
-        facts = {"accelerator": self.accelerator, "cpu_model": self.cpu_model,
-                 "cpu_flags": list(self.cpu_flags)}
+        facts = {
+            "accelerator": self.accelerator,
+            "cpu_model": self.cpu_model,
+            "cpu_flags": list(self.cpu_flags),
+        }
         if self.onednn_max_isa:
             facts["onednn_max_isa"] = self.onednn_max_isa
         if self.gpu_name:
@@ -73,7 +91,9 @@ def decide_precision(requested: str, hardware: Hardware) -> PrecisionChoice:
         return PrecisionChoice("mixed_bfloat16", "TPU: bf16 is native", hardware)
     if hardware.accelerator == "gpu":
         capability = hardware.gpu_compute_capability or (0, 0)
-        shown = f"GPU {hardware.gpu_name or '?'} (compute capability {capability[0]}.{capability[1]})"
+        shown = (
+            f"GPU {hardware.gpu_name or '?'} (compute capability {capability[0]}.{capability[1]})"
+        )
         if capability >= BF16_GPU_CAPABILITY:
             return PrecisionChoice("mixed_bfloat16", f"{shown}: native bf16", hardware)
         if capability >= FP16_GPU_CAPABILITY:
@@ -81,14 +101,20 @@ def decide_precision(requested: str, hardware: Hardware) -> PrecisionChoice:
         return PrecisionChoice("float32", f"{shown}: no fast half precision", hardware)
     shown = f"CPU {hardware.cpu_model or '?'}"
     if cpu_has_native_bf16(hardware):
-        return PrecisionChoice("mixed_bfloat16", f"{shown}: native bf16 "
-                               f"({', '.join(f for f in NATIVE_BF16_CPU_FLAGS if f in hardware.cpu_flags)})",
-                               hardware)
+        return PrecisionChoice(
+            "mixed_bfloat16",
+            f"{shown}: native bf16 "
+            f"({', '.join(f for f in NATIVE_BF16_CPU_FLAGS if f in hardware.cpu_flags)})",
+            hardware,
+        )
     if any(flag in hardware.cpu_flags for flag in NATIVE_BF16_CPU_FLAGS):
-        return PrecisionChoice("float32", f"{shown}: ONEDNN_MAX_CPU_ISA={hardware.onednn_max_isa} "
-                               "rules out oneDNN's bf16 kernels", hardware)
-    return PrecisionChoice("float32", f"{shown}: no native bf16 (bf16 would be emulated)",
-                           hardware)
+        return PrecisionChoice(
+            "float32",
+            f"{shown}: ONEDNN_MAX_CPU_ISA={hardware.onednn_max_isa} "
+            "rules out oneDNN's bf16 kernels",
+            hardware,
+        )
+    return PrecisionChoice("float32", f"{shown}: no native bf16 (bf16 would be emulated)", hardware)
 
 
 def read_cpu_facts(cpuinfo_path: str = "/proc/cpuinfo") -> tuple[str, tuple[str, ...]]:
@@ -108,8 +134,10 @@ def read_cpu_facts(cpuinfo_path: str = "/proc/cpuinfo") -> tuple[str, tuple[str,
                     break
     except OSError:
         pass
-    return (model or platform.processor() or platform.machine(),
-            tuple(f for f in REPORTED_CPU_FLAGS if f in flags))
+    return (
+        model or platform.processor() or platform.machine(),
+        tuple(f for f in REPORTED_CPU_FLAGS if f in flags),
+    )
 
 
 def detect(accelerator: str) -> Hardware:
@@ -124,6 +152,11 @@ def detect(accelerator: str) -> Hardware:
             details = tf.config.experimental.get_device_details(gpus[0])
             gpu_name = details.get("device_name", "")
             capability = details.get("compute_capability")
-    return Hardware(accelerator=accelerator, cpu_model=model, cpu_flags=flags,
-                    onednn_max_isa=os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
-                    gpu_name=gpu_name, gpu_compute_capability=capability)
+    return Hardware(
+        accelerator=accelerator,
+        cpu_model=model,
+        cpu_flags=flags,
+        onednn_max_isa=os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
+        gpu_name=gpu_name,
+        gpu_compute_capability=capability,
+    )

@@ -38,7 +38,7 @@ def _read_bytes(padded: tf.Tensor, position, count: int) -> tf.Tensor:
 
 def _unsigned(values: tf.Tensor, little_endian: bool) -> tf.Tensor:
     order = range(values.shape[0]) if little_endian else reversed(range(values.shape[0]))
-    return sum(values[i] * (256 ** k) for k, i in enumerate(order))
+    return sum(values[i] * (256**k) for k, i in enumerate(order))
 
 
 def _png_size(padded: tf.Tensor):
@@ -56,16 +56,17 @@ def _bmp_size(padded: tf.Tensor):
 
     def magnitude(word: tf.Tensor) -> tf.Tensor:
         value = _unsigned(word, True)
-        return tf.abs(tf.where(value >= 2 ** 31, value - 2 ** 32, value))
+        return tf.abs(tf.where(value >= 2**31, value - 2**32, value))
 
     return magnitude(header[:4]), magnitude(header[4:])
 
 
 def _colour_table_bytes(packed: tf.Tensor) -> tf.Tensor:
-    return tf.where(tf.bitwise.bitwise_and(packed, 0x80) > 0,
-                    3 * tf.bitwise.left_shift(tf.constant(2, tf.int64),
-                                              tf.bitwise.bitwise_and(packed, 7)),
-                    tf.constant(0, tf.int64))
+    return tf.where(
+        tf.bitwise.bitwise_and(packed, 0x80) > 0,
+        3 * tf.bitwise.left_shift(tf.constant(2, tf.int64), tf.bitwise.bitwise_and(packed, 7)),
+        tf.constant(0, tf.int64),
+    )
 
 
 def _gif_size(padded: tf.Tensor, length: tf.Tensor):
@@ -87,8 +88,9 @@ def _gif_size(padded: tf.Tensor, length: tf.Tensor):
         frame_width, frame_height = _unsigned(block[5:7], True), _unsigned(block[7:9], True)
         # image descriptor (10 bytes), local colour table, LZW code size byte, then data
         after_image = position + 11 + _colour_table_bytes(block[9])
-        next_position = tf.where(in_chain, position + kind + 1,
-                                 tf.where(is_image, after_image, position + 2))
+        next_position = tf.where(
+            in_chain, position + kind + 1, tf.where(is_image, after_image, position + 2)
+        )
         next_in_chain = tf.where(in_chain, kind > 0, is_image | is_extension)
         ended = tf.logical_not(in_chain) & tf.logical_not(is_image | is_extension)
         width = tf.where(is_image, tf.maximum(width, left + frame_width), width)
@@ -98,9 +100,18 @@ def _gif_size(padded: tf.Tensor, length: tf.Tensor):
 
     zero = tf.constant(0, tf.int64)
     position, _, width, height, frames, _, done = tf.while_loop(
-        keep_walking, step,
-        (start, tf.constant(False), _unsigned(screen[0:2], True), _unsigned(screen[2:4], True),
-         zero, tf.constant(0), tf.constant(False)))
+        keep_walking,
+        step,
+        (
+            start,
+            tf.constant(False),
+            _unsigned(screen[0:2], True),
+            _unsigned(screen[2:4], True),
+            zero,
+            tf.constant(0),
+            tf.constant(False),
+        ),
+    )
     finished = done | (position >= length)
     return width, height, tf.maximum(width * height, frames), finished
 
@@ -119,23 +130,35 @@ def claimed_size(encoded: tf.Tensor):
         zero = tf.constant(0, tf.int64)
         return zero, zero, zero, done
 
-    return tf.case([
-        (_has_prefix(padded, _PNG), lambda: area(_png_size(padded))),
-        (_has_prefix(padded, _JPEG), lambda: area(_jpeg_size(encoded))),
-        (_has_prefix(padded, _GIF), lambda: _gif_size(padded, length)),
-        (_has_prefix(padded, _BMP), lambda: area(_bmp_size(padded))),
-    ], default=unknown, exclusive=True)
+    return tf.case(
+        [
+            (_has_prefix(padded, _PNG), lambda: area(_png_size(padded))),
+            (_has_prefix(padded, _JPEG), lambda: area(_jpeg_size(encoded))),
+            (_has_prefix(padded, _GIF), lambda: _gif_size(padded, length)),
+            (_has_prefix(padded, _BMP), lambda: area(_bmp_size(padded))),
+        ],
+        default=unknown,
+        exclusive=True,
+    )
 
 
 def check_pixel_limit(encoded: tf.Tensor, max_pixels: int = MAX_IMAGE_PIXELS) -> tf.Operation:
     """An op that fails with InvalidArgumentError when the header claims more than
     `max_pixels`; run the decoder under a control dependency on it."""
     width, height, pixels, finished = claimed_size(encoded)
-    side = int(max_pixels ** 0.5)
+    side = int(max_pixels**0.5)
     limit = f"{max_pixels} pixels" + (f" ({side}x{side})" if side * side == max_pixels else "")
-    too_complex = tf.debugging.Assert(finished, [
-        f"image refused: GIF with more than {MAX_GIF_BLOCKS} blocks"])
+    too_complex = tf.debugging.Assert(
+        finished, [f"image refused: GIF with more than {MAX_GIF_BLOCKS} blocks"]
+    )
     with tf.control_dependencies([too_complex]):
-        return tf.debugging.Assert(pixels <= max_pixels, [tf.strings.format(
-            "image refused: its header claims {}x{} ({} pixels), above the serving limit of "
-            + limit + "; downscale it before sending", (width, height, pixels))])
+        return tf.debugging.Assert(
+            pixels <= max_pixels,
+            [
+                tf.strings.format(
+                    "image refused: its header claims {}x{} ({} pixels), above the serving "
+                    "limit of " + limit + "; downscale it before sending",
+                    (width, height, pixels),
+                )
+            ],
+        )

@@ -21,9 +21,12 @@ if tf.keras.Model is not keras.Model:
     raise ImportError(
         "tf.keras is Keras 3, but this pipeline needs Keras 2 (tf_keras): TensorFlow was "
         "imported before the `components` package set TF_USE_LEGACY_KERAS=1; import "
-        "`components` (or `pipeline`) first, or set TF_USE_LEGACY_KERAS=1 in the environment")
+        "`components` (or `pipeline`) first, or set TF_USE_LEGACY_KERAS=1 in the environment"
+    )
 
-_autograph_config.CONVERSION_RULES = (*_autograph_config.CONVERSION_RULES,
-                                      _autograph_config.DoNotConvert("tf_keras"))
+_autograph_config.CONVERSION_RULES = (
+    *_autograph_config.CONVERSION_RULES,
+    _autograph_config.DoNotConvert("tf_keras"),
+)
 
 __all__ = ["keras", "tf"]

@@ -10,8 +10,8 @@ kept for side-by-side comparison.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -48,10 +48,17 @@ def whitening_filters(images: np.ndarray, patch: int = 2, eps: float = 5e-4) -> 
     1/sqrt(eigenvalue), and its negation, so a following GELU sees both signs.
     """
     x = (images.astype(np.float32) - np.array(CIFAR10_MEAN, np.float32)) / np.array(
-        CIFAR10_STD, np.float32)
+        CIFAR10_STD, np.float32
+    )
     h, w = x.shape[1:3]
-    patches = np.stack([x[:, i:h - patch + 1 + i, j:w - patch + 1 + j, :]
-                        for i in range(patch) for j in range(patch)], axis=3)
+    patches = np.stack(
+        [
+            x[:, i : h - patch + 1 + i, j : w - patch + 1 + j, :]
+            for i in range(patch)
+            for j in range(patch)
+        ],
+        axis=3,
+    )
     # patches: [N, H', W', patch*patch, 3] -> rows of patch*patch*3 values in (i, j, c) order.
     patches = patches.reshape(-1, patch * patch * 3).astype(np.float64)
     cov = np.cov(patches, rowvar=False)
@@ -62,27 +69,31 @@ def whitening_filters(images: np.ndarray, patch: int = 2, eps: float = 5e-4) -> 
     return np.transpose(filters, (1, 2, 3, 0)).astype(np.float32)
 
 
-def build_airbench(widths: tuple[int, int, int] = (32, 64, 128),
-                   whitening: np.ndarray | None = None) -> keras.Model:
+def build_airbench(
+    widths: tuple[int, int, int] = (32, 64, 128), whitening: np.ndarray | None = None
+) -> keras.Model:
     """Frozen 2x2 whitening conv, then three conv-pool-conv blocks, then max-pool and a
     scaled linear head. Returns logits."""
     inputs = keras.Input(shape=IMAGE_SHAPE, dtype=tf.uint8, name="image")
     x = keras.layers.Lambda(_normalize, name="normalize")(inputs)
     stem_width = 24 if whitening is None else whitening.shape[-1]
-    stem = keras.layers.Conv2D(stem_width, 2, padding="valid", use_bias=True, name="whiten",
-                               trainable=whitening is None)
+    stem = keras.layers.Conv2D(
+        stem_width, 2, padding="valid", use_bias=True, name="whiten", trainable=whitening is None
+    )
     x = stem(x)
     if whitening is not None:
         stem.set_weights([whitening, np.zeros(stem_width, np.float32)])
     x = keras.layers.Activation("gelu")(x)
     for index, width in enumerate(widths):
-        x = keras.layers.Conv2D(width, 3, padding="same", use_bias=False,
-                                name=f"block{index}_conv1")(x)
+        x = keras.layers.Conv2D(
+            width, 3, padding="same", use_bias=False, name=f"block{index}_conv1"
+        )(x)
         x = keras.layers.MaxPooling2D(2)(x)
         x = keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5)(x)
         x = keras.layers.Activation("gelu")(x)
-        x = keras.layers.Conv2D(width, 3, padding="same", use_bias=False,
-                                name=f"block{index}_conv2")(x)
+        x = keras.layers.Conv2D(
+            width, 3, padding="same", use_bias=False, name=f"block{index}_conv2"
+        )(x)
         x = keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5)(x)
         x = keras.layers.Activation("gelu")(x)
     x = keras.layers.GlobalMaxPooling2D()(x)
@@ -115,17 +126,30 @@ def build_seed_cnn() -> keras.Model:
 RECIPES: dict[str, Recipe] = {
     # 12 epochs on the 45k/5k split, 2-core CPU: 85.9% TFMA eval accuracy (exported model,
     # with flip averaging), 80% reached at epoch 6; 14 epochs gave 86.2-86.6%.
-    "airbench": Recipe(epochs=12, per_replica_batch_size=512, learning_rate=0.4,
-                       reference_batch_size=512, optimizer="sgd_one_cycle",
-                       label_smoothing=0.2, weight_decay=5e-3),
-    "seed_cnn": Recipe(epochs=50, per_replica_batch_size=1024, learning_rate=1e-3,
-                       reference_batch_size=1024, optimizer="adam",
-                       label_smoothing=0.0, weight_decay=0.0),
+    "airbench": Recipe(
+        epochs=12,
+        per_replica_batch_size=512,
+        learning_rate=0.4,
+        reference_batch_size=512,
+        optimizer="sgd_one_cycle",
+        label_smoothing=0.2,
+        weight_decay=5e-3,
+    ),
+    "seed_cnn": Recipe(
+        epochs=50,
+        per_replica_batch_size=1024,
+        learning_rate=1e-3,
+        reference_batch_size=1024,
+        optimizer="adam",
+        label_smoothing=0.0,
+        weight_decay=0.0,
+    ),
 }
 
 
-def one_cycle(peak: float, total_steps: int, warmup_fraction: float = 0.2
-              ) -> Callable[[tf.Tensor], tf.Tensor]:
+def one_cycle(
+    peak: float, total_steps: int, warmup_fraction: float = 0.2
+) -> Callable[[tf.Tensor], tf.Tensor]:
     """Linear warm-up to `peak`, then linear decay to zero (a triangular one-cycle)."""
     warmup = max(1, int(total_steps * warmup_fraction))
 
@@ -142,27 +166,38 @@ def one_cycle(peak: float, total_steps: int, warmup_fraction: float = 0.2
     return _Triangle()
 
 
-def scaled_learning_rate(recipe: Recipe, global_batch_size: int,
-                         override: float | None = None) -> float:
+def scaled_learning_rate(
+    recipe: Recipe, global_batch_size: int, override: float | None = None
+) -> float:
     """Linear scaling with the global batch (SGD); square-root scaling for Adam."""
     base = recipe.learning_rate if override is None else override
     ratio = global_batch_size / recipe.reference_batch_size
     return base * (math.sqrt(ratio) if recipe.optimizer == "adam" else ratio)
 
 
-def compile_model(model: keras.Model, recipe: Recipe, learning_rate: float,
-                  steps_per_epoch: int, epochs: int, steps_per_execution: int = 1) -> None:
+def compile_model(
+    model: keras.Model,
+    recipe: Recipe,
+    learning_rate: float,
+    steps_per_epoch: int,
+    epochs: int,
+    steps_per_execution: int = 1,
+) -> None:
     """`steps_per_execution` > 1 runs that many steps per call (fewer TPU round trips)."""
     if recipe.optimizer == "adam":
         optimizer = keras.optimizers.Adam(learning_rate)
     else:
         optimizer = keras.optimizers.SGD(
-            one_cycle(learning_rate, steps_per_epoch * epochs), momentum=0.9, nesterov=True,
-            weight_decay=recipe.weight_decay)
+            one_cycle(learning_rate, steps_per_epoch * epochs),
+            momentum=0.9,
+            nesterov=True,
+            weight_decay=recipe.weight_decay,
+        )
     model.compile(
         optimizer=optimizer,
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        if recipe.label_smoothing == 0.0 else _smoothed_loss(recipe.label_smoothing),
+        if recipe.label_smoothing == 0.0
+        else _smoothed_loss(recipe.label_smoothing),
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         steps_per_execution=steps_per_execution,
     )
@@ -175,15 +210,17 @@ def _smoothed_loss(smoothing: float) -> keras.losses.Loss:
         def call(self, y_true, y_pred):
             one_hot = tf.one_hot(tf.cast(tf.reshape(y_true, [-1]), tf.int32), NUM_CLASSES)
             return keras.losses.categorical_crossentropy(
-                one_hot, y_pred, from_logits=True, label_smoothing=smoothing)
+                one_hot, y_pred, from_logits=True, label_smoothing=smoothing
+            )
 
     return _Smoothed(name="smoothed_crossentropy")
 
 
 def build(name: str, whitening_images: np.ndarray | None = None) -> keras.Model:
     if name == "airbench":
-        return build_airbench(whitening=None if whitening_images is None
-                              else whitening_filters(whitening_images))
+        return build_airbench(
+            whitening=None if whitening_images is None else whitening_filters(whitening_images)
+        )
     if name == "seed_cnn":
         return build_seed_cnn()
     raise ValueError(f"unknown model '{name}'; choose one of {', '.join(RECIPES)}")

@@ -32,7 +32,8 @@ def configure_cpu_replicas(count: int) -> None:
     except RuntimeError as err:
         raise StrategyError(
             f"cannot split the CPU into {count} replicas: TensorFlow devices were already "
-            f"initialised in this process ({err})") from err
+            f"initialised in this process ({err})"
+        ) from err
 
 
 def _tpu_address(tpu: str) -> str:
@@ -50,7 +51,8 @@ def _tpu_strategy(tpu: str) -> tf.distribute.Strategy:
     if not address:
         raise StrategyError(
             "strategy 'tpu' needs a TPU: pass --tpu NAME, --tpu grpc://HOST:8470 or "
-            f"--tpu local (on a TPU VM), or set one of {', '.join(TPU_ENV_VARS)}")
+            f"--tpu local (on a TPU VM), or set one of {', '.join(TPU_ENV_VARS)}"
+        )
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=address)
         if address != "local":
@@ -94,8 +96,9 @@ def create_strategy(name: str, tpu: str = "", cpu_replicas: int = 0) -> tf.distr
         strategy = tf.distribute.get_strategy()
     else:
         raise StrategyError(f"unknown strategy '{name}'")
-    logging.info("Using %s with %d replica(s)", type(strategy).__name__,
-                 strategy.num_replicas_in_sync)
+    logging.info(
+        "Using %s with %d replica(s)", type(strategy).__name__, strategy.num_replicas_in_sync
+    )
     return strategy
 
 

@@ -32,4 +32,5 @@ def check_single_host(kind: str, hosts: int) -> None:
         raise StrategyError(
             f"the TPU slice has {hosts} hosts; this Trainer feeds every replica from one host "
             "and does not shard its input per host. Use a single-host slice (v2-8, v3-8, "
-            "v5litepod-1, v5litepod-4 or v5litepod-8)")
+            "v5litepod-1, v5litepod-4 or v5litepod-8)"
+        )

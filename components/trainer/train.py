@@ -19,8 +19,12 @@ from tensorflow.python.eager import context
 from components.contract import HISTORY_FILE
 from components.trainer import data, hardware, model, tpu_runtime
 from components.trainer import strategy as strategies
-from components.trainer.callbacks import (EpochCheckpoints, EpochHistory, TrainingProgress,
-                                          read_history)
+from components.trainer.callbacks import (
+    EpochCheckpoints,
+    EpochHistory,
+    TrainingProgress,
+    read_history,
+)
 from components.trainer.config import TrainingConfig
 from components.trainer.keras import keras, tf
 
@@ -53,12 +57,20 @@ def plan(config: TrainingConfig) -> Plan:
     tpu_runtime.check_single_host(kind, tpu_runtime.input_hosts(strategy))
     recipe = model.RECIPES[config.model]
     per_replica = config.per_replica_batch_size or (
-        TPU_PER_REPLICA_BATCH if kind == "tpu" else recipe.per_replica_batch_size)
+        TPU_PER_REPLICA_BATCH if kind == "tpu" else recipe.per_replica_batch_size
+    )
     precision = strategies.choose_precision(config.precision, strategy)
     logging.info("Precision %s: %s", precision.policy, precision.reason)
-    return Plan(config, strategy, kind, recipe, per_replica,
-                per_replica * strategy.num_replicas_in_sync, config.epochs or recipe.epochs,
-                precision)
+    return Plan(
+        config,
+        strategy,
+        kind,
+        recipe,
+        per_replica,
+        per_replica * strategy.num_replicas_in_sync,
+        config.epochs or recipe.epochs,
+        precision,
+    )
 
 
 @contextlib.contextmanager
@@ -91,22 +103,37 @@ class Fitted:
     fit_seconds: float
 
 
-def fit(run: Plan, split: dict[str, tuple[tf.Tensor, tf.Tensor]], checkpoint_dir: str,
-        model_run_dir: str) -> Fitted:
+def fit(
+    run: Plan,
+    split: dict[str, tuple[tf.Tensor, tf.Tensor]],
+    checkpoint_dir: str,
+    model_run_dir: str,
+) -> Fitted:
     """Builds the network under the strategy, resumes from the newest readable checkpoint in
     `checkpoint_dir`, and trains the remaining epochs."""
     (train_images, train_labels), (eval_images, eval_labels) = split["train"], split["eval"]
     steps_per_epoch = int(train_images.shape[0]) // run.global_batch_size
     if steps_per_epoch == 0:
-        raise ValueError(f"{int(train_images.shape[0])} training images are fewer than one "
-                         f"global batch of {run.global_batch_size}; lower "
-                         "--per-replica-batch-size")
-    learning_rate = model.scaled_learning_rate(run.recipe, run.global_batch_size,
-                                               run.config.learning_rate)
-    logging.info("Training %s: %s strategy, %d replica(s), global batch %d (%d per replica), "
-                 "%d epochs, learning rate %g, %s", run.config.model, run.kind, run.replicas,
-                 run.global_batch_size, run.per_replica_batch_size, run.epochs, learning_rate,
-                 run.precision.policy)
+        raise ValueError(
+            f"{int(train_images.shape[0])} training images are fewer than one "
+            f"global batch of {run.global_batch_size}; lower "
+            "--per-replica-batch-size"
+        )
+    learning_rate = model.scaled_learning_rate(
+        run.recipe, run.global_batch_size, run.config.learning_rate
+    )
+    logging.info(
+        "Training %s: %s strategy, %d replica(s), global batch %d (%d per replica), "
+        "%d epochs, learning rate %g, %s",
+        run.config.model,
+        run.kind,
+        run.replicas,
+        run.global_batch_size,
+        run.per_replica_batch_size,
+        run.epochs,
+        learning_rate,
+        run.precision.policy,
+    )
     whitening_sample = train_images[:5000].numpy()
 
     def build() -> keras.Model:
@@ -114,27 +141,46 @@ def fit(run: Plan, split: dict[str, tuple[tf.Tensor, tf.Tensor]], checkpoint_dir
 
     with run.strategy.scope():
         network = build()
-        model.compile_model(network, run.recipe, learning_rate, steps_per_epoch, run.epochs,
-                            tpu_runtime.steps_per_execution(run.kind, steps_per_epoch))
+        model.compile_model(
+            network,
+            run.recipe,
+            learning_rate,
+            steps_per_epoch,
+            run.epochs,
+            tpu_runtime.steps_per_execution(run.kind, steps_per_epoch),
+        )
     checkpoints = EpochCheckpoints(network, checkpoint_dir)
     resumed_from = checkpoints.restore_latest()
-    previous = [e for e in read_history(os.path.join(checkpoint_dir, HISTORY_FILE))
-                if e["epoch"] <= resumed_from]
-    history = EpochHistory([os.path.join(model_run_dir, HISTORY_FILE),
-                            os.path.join(checkpoint_dir, HISTORY_FILE)], previous,
-                           tensorboard_dir=os.path.join(model_run_dir, "logs"))
+    previous = [
+        e
+        for e in read_history(os.path.join(checkpoint_dir, HISTORY_FILE))
+        if e["epoch"] <= resumed_from
+    ]
+    history = EpochHistory(
+        [os.path.join(model_run_dir, HISTORY_FILE), os.path.join(checkpoint_dir, HISTORY_FILE)],
+        previous,
+        tensorboard_dir=os.path.join(model_run_dir, "logs"),
+    )
     started = time.time()
     network.fit(
-        data.training_dataset(train_images, train_labels, run.global_batch_size,
-                              seed=run.config.seed),
+        data.training_dataset(
+            train_images, train_labels, run.global_batch_size, seed=run.config.seed
+        ),
         epochs=run.epochs,
         initial_epoch=resumed_from,
-        validation_data=data.evaluation_dataset(eval_images, eval_labels,
-                                                run.global_batch_size),
+        validation_data=data.evaluation_dataset(eval_images, eval_labels, run.global_batch_size),
         # Checkpoint first: the history beside the checkpoints never lists an epoch that a
         # killed run could not resume from.
         callbacks=[checkpoints, history, TrainingProgress(run.global_batch_size)],
         verbose=0,  # TrainingProgress reports, to the log and the console
     )
-    return Fitted(network, build, steps_per_epoch, learning_rate, resumed_from,
-                  checkpoints.fallback(resumed_from), history.epochs, time.time() - started)
+    return Fitted(
+        network,
+        build,
+        steps_per_epoch,
+        learning_rate,
+        resumed_from,
+        checkpoints.fallback(resumed_from),
+        history.epochs,
+        time.time() - started,
+    )

@@ -15,13 +15,24 @@ Record = TypeVar("Record")
 def strict_from_json(cls: type[Record], values: dict[str, Any], where: str) -> Record:
     """`cls(**values)` where a missing or an unknown field is an error naming it."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    required = {name for name, f in fields.items()
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    required = {
+        name
+        for name, f in fields.items()
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
     missing, unknown = sorted(required - set(values)), sorted(set(values) - set(fields))
     if missing or unknown:
-        raise ValueError(f"{where}: " + "; ".join(
-            part for part in (missing and f"missing {', '.join(missing)}",
-                              unknown and f"unknown {', '.join(unknown)}") if part))
+        raise ValueError(
+            f"{where}: "
+            + "; ".join(
+                part
+                for part in (
+                    missing and f"missing {', '.join(missing)}",
+                    unknown and f"unknown {', '.join(unknown)}",
+                )
+                if part
+            )
+        )
     return cls(**values)
 
 
@@ -56,6 +67,5 @@ class TrainingSummary:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, values: dict[str, Any], where: str = "training summary"
-                  ) -> TrainingSummary:
+    def from_json(cls, values: dict[str, Any], where: str = "training summary") -> TrainingSummary:
         return strict_from_json(cls, values, where)

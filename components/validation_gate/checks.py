@@ -27,14 +27,14 @@ def anomaly_problems(split: str, anomalies: anomalies_pb2.Anomalies) -> list[str
         reasons = "; ".join(f"{r.short_description}: {r.description}" for r in info.reason)
         problems.append(f"split '{split}', feature '{name}': {reasons or info.description}")
     if anomalies.HasField("dataset_anomaly_info"):
-        reasons = "; ".join(f"{r.short_description}: {r.description}"
-                            for r in anomalies.dataset_anomaly_info.reason)
+        reasons = "; ".join(
+            f"{r.short_description}: {r.description}" for r in anomalies.dataset_anomaly_info.reason
+        )
         problems.append(f"split '{split}', dataset: {reasons}")
     return problems
 
 
-def statistics_problems(split: str,
-                        stats: statistics_pb2.DatasetFeatureStatistics) -> list[str]:
+def statistics_problems(split: str, stats: statistics_pb2.DatasetFeatureStatistics) -> list[str]:
     """Checks the schema cannot express: non-empty split, exact image size, all classes."""
     where = f"split '{split}'"
     if stats.num_examples == 0:
@@ -48,13 +48,17 @@ def statistics_problems(split: str,
         if (sizes.min_num_bytes, sizes.max_num_bytes) != (IMAGE_BYTES, IMAGE_BYTES):
             problems.append(
                 f"{where}, feature '{IMAGE_FEATURE}': images are {sizes.min_num_bytes:g} to "
-                f"{sizes.max_num_bytes:g} bytes, expected exactly {IMAGE_BYTES}")
+                f"{sizes.max_num_bytes:g} bytes, expected exactly {IMAGE_BYTES}"
+            )
     label = _feature(stats, LABEL_FEATURE)
     if label is None:
         problems.append(f"{where}, feature '{LABEL_FEATURE}': missing")
     else:
-        present = {int(bucket.label) for bucket in
-                   label.string_stats.rank_histogram.buckets if bucket.label.lstrip("-").isdigit()}
+        present = {
+            int(bucket.label)
+            for bucket in label.string_stats.rank_histogram.buckets
+            if bucket.label.lstrip("-").isdigit()
+        }
         missing = sorted(set(range(NUM_CLASSES)) - present)
         if missing:
             problems.append(f"{where}, feature '{LABEL_FEATURE}': classes {missing} are absent")

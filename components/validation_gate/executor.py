@@ -11,8 +11,11 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
-from components.validation_gate.checks import (DataValidationError, anomaly_problems,
-                                               statistics_problems)
+from components.validation_gate.checks import (
+    DataValidationError,
+    anomaly_problems,
+    statistics_problems,
+)
 
 
 def _split_file(artifact: types.Artifact, split: str, name: str) -> str:
@@ -26,15 +29,20 @@ class Executor(base_executor.BaseExecutor):
         problems: list[str] = []
         for split in artifact_utils.decode_split_names(statistics.split_names):
             stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(
-                io_utils.read_bytes_file(_split_file(statistics, split, "FeatureStats.pb")))
+                io_utils.read_bytes_file(_split_file(statistics, split, "FeatureStats.pb"))
+            )
             for dataset in stats.datasets:
                 problems.extend(statistics_problems(split, dataset))
         for split in artifact_utils.decode_split_names(anomalies.split_names):
             found = anomalies_pb2.Anomalies.FromString(
-                io_utils.read_bytes_file(_split_file(anomalies, split, "SchemaDiff.pb")))
+                io_utils.read_bytes_file(_split_file(anomalies, split, "SchemaDiff.pb"))
+            )
             problems.extend(anomaly_problems(split, found))
         if problems:
             raise DataValidationError(
-                "data validation failed, training will not start:\n  - " + "\n  - ".join(problems))
-        logging.info("Data validation passed for splits %s",
-                     artifact_utils.decode_split_names(statistics.split_names))
+                "data validation failed, training will not start:\n  - " + "\n  - ".join(problems)
+            )
+        logging.info(
+            "Data validation passed for splits %s",
+            artifact_utils.decode_split_names(statistics.split_names),
+        )
