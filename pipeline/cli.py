@@ -10,15 +10,9 @@ import time
 import warnings
 from pathlib import Path
 
+from components.trainer.config import MODELS, PRECISIONS, STRATEGIES, TrainingConfig
 from pipeline import exit_status
-from pipeline.config import (
-    MODELS,
-    PRECISIONS,
-    PROJECT_ROOT,
-    STRATEGIES,
-    PipelineConfig,
-    TrainingConfig,
-)
+from pipeline.config import PROJECT_ROOT, PipelineConfig
 from pipeline.tpu import ACCEPTED_NAMES as TPU_NAMES
 
 DEFAULT_OUTPUT_DIR = PROJECT_ROOT / "outputs"

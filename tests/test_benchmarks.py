@@ -26,6 +26,7 @@ def _summary(val_accuracies: list[float]) -> RunSummary:
         global_batch_size=512,
         epochs=len(val_accuracies),
         resumed_from_epoch=0,
+        checkpoint_fallback=None,
         learning_rate=0.4,
         precision="float32",
         precision_reason="CPU X: no native bf16",

@@ -109,7 +109,7 @@ def test_trainer_is_the_standard_trainer_with_pod_requests(compiled):
     }
     parameter = spec["root"]["dag"]["tasks"]["Trainer"]["inputs"]["parameters"]["custom_config"]
     custom = json.loads(parameter["runtimeValue"]["constantValue"]["stringValue"])
-    assert custom["strategy"] == "auto" and "ai_platform_training_args" not in custom
+    assert custom["training"]["strategy"] == "auto" and "ai_platform_training_args" not in custom
     others = [
         name
         for name, e in spec["deploymentSpec"]["executors"].items()
@@ -206,10 +206,7 @@ def test_vertex_compiles_yaml_and_submit_accepts_it(tmp_path, capsys):
     assert kubeflow_runner.resolver_executors(spec) == []
     submission = vertex_runner.load_submission(path, "proj-x", "us-central1")
     assert submission.pipeline_root == "gs://b/root"
-    assert (
-        submission.job["pipelineSpec"]["root"]["dag"]["tasks"].keys()
-        == spec["root"]["dag"]["tasks"].keys()
-    )
+    assert set(submission.tasks) == set(spec["root"]["dag"]["tasks"])
     capsys.readouterr()
     assert (
         cli.main(

@@ -16,6 +16,7 @@ TRAINING = TrainingSummary(
     global_batch_size=512,
     epochs=12,
     resumed_from_epoch=0,
+    checkpoint_fallback=None,
     learning_rate=0.4,
     precision="float32",
     precision_reason="CPU X: no native bf16",

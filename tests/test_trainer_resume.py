@@ -8,9 +8,13 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from components.trainer.keras import tf
 
 import cifar_fixtures as fx
+
+pytestmark = pytest.mark.integration  # trains in subprocesses
 
 # Runs run_fn in a fresh process (run_fn sets process-wide Keras state); with "die_after" it
 # dies like a preempted worker at the end of that epoch, after the checkpoint was written.

@@ -33,7 +33,14 @@ TRAIN = textwrap.dedent("""
                   custom_config=json.loads(sys.argv[2])))
 """)
 CONFIG = json.dumps(
-    {"strategy": "default", "per_replica_batch_size": 32, "epochs": 3, "precision": "float32"}
+    {
+        "training": {
+            "strategy": "default",
+            "per_replica_batch_size": 32,
+            "epochs": 3,
+            "precision": "float32",
+        }
+    }
 )
 
 
@@ -85,6 +92,7 @@ def _summary(root):
     return json.loads((root / "run" / "7" / "training_summary.json").read_text())
 
 
+@pytest.mark.integration
 def test_truncated_newest_checkpoint_resumes_from_the_one_before(killed_after_three_epochs):
     root, data_files = killed_after_three_epochs
     newest = data_files["ckpt-3"]
@@ -102,6 +110,7 @@ def test_truncated_newest_checkpoint_resumes_from_the_one_before(killed_after_th
     assert "ckpt-3" in done.stderr and "unreadable" in done.stderr
 
 
+@pytest.mark.integration
 def test_no_readable_checkpoint_starts_over(killed_after_three_epochs):
     root, data_files = killed_after_three_epochs
     for path in data_files.values():
