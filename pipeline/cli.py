@@ -12,10 +12,11 @@ from pathlib import Path
 
 from components.trainer.config import MODELS, PRECISIONS, STRATEGIES, TrainingConfig
 from pipeline import exit_status
-from pipeline.config import PROJECT_ROOT, PipelineConfig
+from pipeline.config import PipelineConfig
 from pipeline.tpu import ACCEPTED_NAMES as TPU_NAMES
 
-DEFAULT_OUTPUT_DIR = PROJECT_ROOT / "outputs"
+# Relative to where the command runs (the checkout, for `make run`), never inside an install.
+DEFAULT_OUTPUT_DIR = Path("outputs")
 EXIT_OK = exit_status.OK
 EXIT_ERROR = exit_status.ERROR
 EXIT_BAD_INPUT = exit_status.BAD_INPUT

@@ -3,13 +3,18 @@ topology in `pipeline.topology` only reads it."""
 
 from __future__ import annotations
 
+import importlib.resources
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.trainer.config import TrainingConfig
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-SCHEMA_PATH = PROJECT_ROOT / "data" / "schema" / "schema.pbtxt"
+# The curated schema, as installed package data (data/ in the source tree).
+SCHEMA_PATH = Path(str(importlib.resources.files("cifar10_data") / "schema" / "schema.pbtxt"))
+# Where the pipeline image (Dockerfile) puts the project: compiled pipelines name the schema
+# by its path inside that image.
+CONTAINER_PROJECT_ROOT = "/pipeline"
+CONTAINER_SCHEMA_PATH = f"{CONTAINER_PROJECT_ROOT}/data/schema/schema.pbtxt"
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import KubeflowConfig, PipelineConfig, TrainingConfig
+from pipeline.config import CONTAINER_SCHEMA_PATH, KubeflowConfig, PipelineConfig, TrainingConfig
 
 # Where the Dockerfile puts this project inside the pipeline image.
-CONTAINER_SCHEMA_PATH = "/pipeline/data/schema/schema.pbtxt"
 # TFX components open artifacts themselves with tf.io.gfile: gs:// is built in, s3://
 # (AWS S3 or MinIO through S3_ENDPOINT) needs tensorflow-io in the image.
 ARTIFACT_STORE_SCHEMES = ("gs://", "s3://")

@@ -12,12 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import PipelineConfig, TrainingConfig, VertexConfig
+from pipeline.config import CONTAINER_SCHEMA_PATH, PipelineConfig, TrainingConfig, VertexConfig
 from pipeline.tpu import tpu_worker
 
 # Where the Dockerfile puts this project inside the pipeline image.
-CONTAINER_PROJECT_ROOT = "/pipeline"
-CONTAINER_SCHEMA_PATH = f"{CONTAINER_PROJECT_ROOT}/data/schema/schema.pbtxt"
 DEFAULT_API_ENDPOINT = "{region}-aiplatform.googleapis.com"
 # The Vertex Trainer's custom_config keys (tfx.extensions.google_cloud_ai_platform; importing
 # TFX takes about 30 s, too long for `submit`; tests check they match).

@@ -13,9 +13,11 @@ import pytest
 import yaml
 
 from pipeline import cli, kubeflow_runner, vertex_runner
-from pipeline.config import PROJECT_ROOT, TrainingConfig
+from pipeline.config import CONTAINER_SCHEMA_PATH, TrainingConfig
 from pipeline.local_runner import local_config
 from pipeline.topology import create_pipeline
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 IMAGE = "registry.example.com/ml/cifar10-pipeline:v1"
 ROOT = "s3://bucket-x/pipeline-root"
@@ -121,9 +123,9 @@ def test_trainer_is_the_standard_trainer_with_pod_requests(compiled):
 def test_no_local_paths_in_the_compiled_file(compiled):
     path, _ = compiled
     text = path.read_text()
-    for local in {str(PROJECT_ROOT), str(Path.home()), "/tmp/"}:
+    for local in {str(REPO_ROOT), str(Path.home()), "/tmp/"}:
         assert local not in text
-    assert kubeflow_runner.CONTAINER_SCHEMA_PATH in text
+    assert CONTAINER_SCHEMA_PATH in text
 
 
 def test_local_and_kubeflow_pipelines_share_one_topology(tmp_path):

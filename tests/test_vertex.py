@@ -11,9 +11,11 @@ import pytest
 from google.cloud.aiplatform_v1.types import AcceleratorType, CustomJobSpec
 
 from pipeline import cli, vertex_runner
-from pipeline.config import PROJECT_ROOT, TrainingConfig
+from pipeline.config import CONTAINER_SCHEMA_PATH, TrainingConfig
 from pipeline.local_runner import local_config
 from pipeline.topology import create_pipeline
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 IMAGE = "us-docker.pkg.dev/proj-x/pipelines/cifar10:v1"
 ROOT = "gs://bucket-x/pipeline-root"
@@ -204,9 +206,9 @@ def test_image_root_and_no_local_paths(compiled):
         if "container" in e
     }
     assert images == {IMAGE}
-    for local in {str(PROJECT_ROOT), os.getcwd(), "/tmp/", str(Path.home())}:
+    for local in {str(REPO_ROOT), os.getcwd(), "/tmp/", str(Path.home())}:
         assert local not in text, f"local path {local} leaked into the compiled pipeline"
-    assert vertex_runner.CONTAINER_SCHEMA_PATH in text
+    assert CONTAINER_SCHEMA_PATH in text
 
 
 def test_local_and_vertex_pipelines_share_one_topology(tmp_path):

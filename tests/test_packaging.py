@@ -1,0 +1,59 @@
+"""A wheel install works: every package folder is packaged, and the schema travels as
+package data (found with importlib.resources, not through the source tree)."""
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.integration
+def test_wheel_holds_every_package_and_the_schema(tmp_path):
+    source = tmp_path / "source"  # a copy, so the build writes nothing into the checkout
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO_ROOT / name, source / name)
+    for folder in ("pipeline", "components", "data"):
+        shutil.copytree(
+            REPO_ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    [wheel] = (tmp_path / "dist").glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    packages = {
+        str(p.parent.relative_to(REPO_ROOT))
+        for folder in ("pipeline", "components")
+        for p in (REPO_ROOT / folder).rglob("__init__.py")
+    }
+    missing = {p for p in packages if f"{p}/__init__.py" not in names}
+    assert not missing, f"add to [tool.setuptools] packages in pyproject.toml: {missing}"
+    assert "cifar10_data/schema/schema.pbtxt" in names
+
+
+def test_schema_is_found_as_package_data():
+    from pipeline.config import SCHEMA_PATH
+
+    assert SCHEMA_PATH.name == "schema.pbtxt" and SCHEMA_PATH.exists()
+    assert "feature" in SCHEMA_PATH.read_text()
