@@ -109,3 +109,27 @@ def image_folder(root: Path, per_class: int = 3, splits=("train", "test"), size:
                 picture = picture.resize((size, size))
             picture.save(folder / f"{i:05d}.png")
     return root
+
+
+def serialized_examples(images: np.ndarray, labels: np.ndarray | None = None) -> list[bytes]:
+    """tf.Examples exactly as Cifar10ExampleGen writes them (its own `to_example`)."""
+    from components.cifar10_example_gen.executor import to_example
+    from components.cifar10_example_gen.sources import Record
+
+    labels = np.zeros(len(images), np.int64) if labels is None else labels
+    return [
+        to_example(Record(f"fixture:{i}", int(label), image.tobytes())).SerializeToString()
+        for i, (image, label) in enumerate(zip(images, labels))
+    ]
+
+
+def write_split(path: Path, labels: np.ndarray, seed: int) -> np.ndarray:
+    """A gzipped TFRecord file of generated examples, as an ExampleGen split holds them;
+    returns the images written."""
+    import tensorflow as tf
+
+    images = make_images(labels, seed)
+    with tf.io.TFRecordWriter(str(path), options="GZIP") as writer:
+        for example in serialized_examples(images, labels):
+            writer.write(example)
+    return images

@@ -78,18 +78,7 @@ def test_predict_in_a_fresh_cpu_process_matches_the_trainer_model(first_run, tmp
 
     [model_dir] = (out / "artifacts" / "Trainer" / "model").glob("*/Format-Serving")
     serve = tf.saved_model.load(str(model_dir)).signatures["serving_examples"]
-    examples = [
-        tf.train.Example(
-            features=tf.train.Features(
-                feature={
-                    "image_raw": tf.train.Feature(
-                        bytes_list=tf.train.BytesList(value=[image.tobytes()])
-                    )
-                }
-            )
-        ).SerializeToString()
-        for image in images
-    ]
+    examples = fx.serialized_examples(images)
     in_process = [c.decode() for c in serve(examples=tf.constant(examples))["classes"].numpy()]
     assert predicted == in_process
 

@@ -53,27 +53,7 @@ def test_explicit_precision_wins_and_cpu_strategies_run_on_cpu():
 
 
 def _write_split(path, labels, seed):
-    images = fx.make_images(labels, seed)
-    with tf.io.TFRecordWriter(str(path), options="GZIP") as writer:
-        for i, (image, label) in enumerate(zip(images, labels)):
-            writer.write(
-                tf.train.Example(
-                    features=tf.train.Features(
-                        feature={
-                            "image_raw": tf.train.Feature(
-                                bytes_list=tf.train.BytesList(value=[image.tobytes()])
-                            ),
-                            "label": tf.train.Feature(
-                                int64_list=tf.train.Int64List(value=[int(label)])
-                            ),
-                            "record_id": tf.train.Feature(
-                                bytes_list=tf.train.BytesList(value=[b"%d" % i])
-                            ),
-                        }
-                    )
-                ).SerializeToString()
-            )
-    return images, labels
+    return fx.write_split(path, labels, seed), labels
 
 
 TRAIN_IN_FRESH_PROCESS = textwrap.dedent("""
@@ -152,18 +132,7 @@ def test_export_round_trip_in_a_cpu_only_process(trained, tmp_path):
     for i, image in enumerate(images[:6]):
         paths.append(tmp_path / f"{i}.png")
         Image.fromarray(image).save(paths[-1])
-    examples = [
-        tf.train.Example(
-            features=tf.train.Features(
-                feature={
-                    "image_raw": tf.train.Feature(
-                        bytes_list=tf.train.BytesList(value=[image.tobytes()])
-                    )
-                }
-            )
-        ).SerializeToString()
-        for image in images[:6]
-    ]
+    examples = fx.serialized_examples(images[:6])
     (tmp_path / "examples.bin").write_bytes(b"@@SEP@@".join(examples))
     out = json.loads(
         _run(ROUND_TRIP_IN_FRESH_PROCESS, root / "serving", tmp_path / "examples.bin", *paths)

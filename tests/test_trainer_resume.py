@@ -10,8 +10,6 @@ import textwrap
 
 import pytest
 
-from components.trainer.keras import tf
-
 import cifar_fixtures as fx
 
 pytestmark = pytest.mark.integration  # trains in subprocesses
@@ -50,23 +48,7 @@ RUN_TRAINER = textwrap.dedent("""
 
 
 def _write_split(path, labels, seed):
-    images = fx.make_images(labels, seed)
-    with tf.io.TFRecordWriter(str(path), options="GZIP") as writer:
-        for image, label in zip(images, labels):
-            writer.write(
-                tf.train.Example(
-                    features=tf.train.Features(
-                        feature={
-                            "image_raw": tf.train.Feature(
-                                bytes_list=tf.train.BytesList(value=[image.tobytes()])
-                            ),
-                            "label": tf.train.Feature(
-                                int64_list=tf.train.Int64List(value=[int(label)])
-                            ),
-                        }
-                    )
-                ).SerializeToString()
-            )
+    fx.write_split(path, labels, seed)
 
 
 def _train(root, execution, die_after):

@@ -13,7 +13,6 @@ import textwrap
 import pytest
 
 from components.progress import PROGRESS_LOGGER, duration
-from components.trainer.keras import tf
 from pipeline.local_runner import _ProgressPrinter
 
 import cifar_fixtures as fx
@@ -45,22 +44,7 @@ CONFIG = json.dumps(
 
 
 def _write_split(path, labels, seed):
-    with tf.io.TFRecordWriter(str(path), options="GZIP") as writer:
-        for image, label in zip(fx.make_images(labels, seed), labels):
-            writer.write(
-                tf.train.Example(
-                    features=tf.train.Features(
-                        feature={
-                            "image_raw": tf.train.Feature(
-                                bytes_list=tf.train.BytesList(value=[image.tobytes()])
-                            ),
-                            "label": tf.train.Feature(
-                                int64_list=tf.train.Int64List(value=[int(label)])
-                            ),
-                        }
-                    )
-                ).SerializeToString()
-            )
+    fx.write_split(path, labels, seed)
 
 
 def _train(root, finish: bool):

@@ -17,17 +17,10 @@ import cifar_fixtures as fx
 
 
 def _example(image: bytes, label: int, record_id: str) -> bytes:
-    return tf.train.Example(
-        features=tf.train.Features(
-            feature={
-                "image_raw": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image])),
-                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
-                "record_id": tf.train.Feature(
-                    bytes_list=tf.train.BytesList(value=[record_id.encode()])
-                ),
-            }
-        )
-    ).SerializeToString()
+    from components.cifar10_example_gen.executor import to_example
+    from components.cifar10_example_gen.sources import Record
+
+    return to_example(Record(record_id, label, image)).SerializeToString()
 
 
 def _clean_split(per_class=3, seed=0):
