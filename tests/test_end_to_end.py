@@ -85,8 +85,9 @@ def test_predict_in_a_fresh_cpu_process_matches_the_trainer_model(first_run, tmp
 
 @pytest.fixture(scope="module")
 def scenario(tiny_archive, tmp_path_factory):
-    """A run directory that the following tests change in turn (they run in file order):
-    a cache-hit rerun, config changes, then an undertrained model."""
+    """One blessed run directory that the tests below all rerun in. Each asserts only what
+    holds whatever the others did before it: the cache keeps every earlier execution, and
+    a served version exists from this first run on."""
     out = tmp_path_factory.mktemp("scenario")
     done = cli("run", "--data", tiny_archive, "--output-dir", out, "--accuracy-gate", "0.5", *FAST)
     assert done.returncode == 0, done.stderr[-4000:]
