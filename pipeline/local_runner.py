@@ -140,6 +140,12 @@ def _logs_to_file(path: Path) -> Iterator[None]:
     saved_progress_level = progress_logger.level
     for handler in saved_handlers:
         root.removeHandler(handler)
+    # TensorFlow gives its logger a console handler of its own when it is imported before the
+    # root logger has one; during the run its lines belong in the file like everyone else's.
+    tf_logger = logging.getLogger("tensorflow")
+    saved_tf_handlers = list(tf_logger.handlers)
+    for handler in saved_tf_handlers:
+        tf_logger.removeHandler(handler)
     root.addHandler(file_handler)
     root.addHandler(progress)
     root.setLevel(logging.INFO)
@@ -155,6 +161,8 @@ def _logs_to_file(path: Path) -> Iterator[None]:
         progress_logger.setLevel(saved_progress_level)
         for handler in saved_handlers:
             root.addHandler(handler)
+        for handler in saved_tf_handlers:
+            tf_logger.addHandler(handler)
 
 
 def run(config: PipelineConfig, output_dir: Path) -> RunSummary:

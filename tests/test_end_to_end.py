@@ -43,6 +43,8 @@ def test_run_blesses_and_pushes_with_a_full_summary(first_run):
     pushed = Path(summary["pushed_version_dir"])
     assert pushed.parent == out / "serving" / "cifar10" and (pushed / "saved_model.pb").exists()
     assert "BLESSED" in done.stdout and str(pushed) in done.stdout
+    # the console has the per-component lines; TensorFlow's own INFO lines go to the log file
+    assert "INFO:tensorflow" not in done.stderr
     typed = RunSummary.load(out)  # strict: every field the run wrote is known and present
     assert typed.training.training_flops > 0 and typed.training.precision == "float32"
     assert sum(typed.evaluation.per_class_eval_records.values()) == 120
