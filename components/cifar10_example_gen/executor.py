@@ -65,13 +65,7 @@ class Executor(BaseExampleGenExecutor):
         return ReadCifar10Split
 
     def Do(self, input_dict, output_dict, exec_properties) -> None:
-        check_source(exec_properties[SOURCE_URI_KEY])
+        # The same one-pass check the CLI runs before importing TFX; here for the runners
+        # (Vertex, Kubeflow) that start the executor without the CLI.
+        sources.count_records(exec_properties[SOURCE_URI_KEY])
         super().Do(input_dict, output_dict, exec_properties)
-
-
-def check_source(source_uri: str) -> dict[str, int]:
-    """Reads every record once; returns the record count per source split."""
-    counts = {sources.TRAIN: 0, sources.TEST: 0}
-    for shard in sources.list_shards(source_uri):
-        counts[shard.split] += sum(1 for _ in sources.read_shard(shard))
-    return counts
