@@ -208,30 +208,56 @@ def _vertex_target_args(args: argparse.Namespace) -> str:
     return f"{' and '.join(missing)} required with --target vertex" if missing else ""
 
 
-def cmd_compile_kubeflow(args: argparse.Namespace) -> int:
+def _kubeflow_config(args: argparse.Namespace):
     from pipeline import kubeflow_runner
 
-    try:
-        config = kubeflow_runner.kubeflow_config(
-            pipeline_root=args.pipeline_root,
-            image=args.image,
-            source_uri=args.data,
-            training=_training_config(args),
-            trainer_cpu=args.trainer_cpu,
-            trainer_memory_gb=args.trainer_memory_gb,
-            trainer_gpus=args.trainer_gpus,
-            gpu_resource=args.gpu_resource,
-            source_fingerprint=args.data_fingerprint,
-            eval_fraction=args.eval_fraction,
-            accuracy_gate=args.accuracy_gate,
-            max_regression=args.max_regression,
-        )
-        path = kubeflow_runner.compile_pipeline(config, Path(args.output))
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    print(f"Compiled {path}")
-    return EXIT_OK
+    return kubeflow_runner.kubeflow_config(
+        pipeline_root=args.pipeline_root,
+        image=args.image,
+        source_uri=args.data,
+        training=_training_config(args),
+        trainer_cpu=args.trainer_cpu,
+        trainer_memory_gb=args.trainer_memory_gb,
+        trainer_gpus=args.trainer_gpus,
+        gpu_resource=args.gpu_resource,
+        **_shared_compile_settings(args),
+    )
+
+
+def _vertex_config(args: argparse.Namespace):
+    from pipeline import vertex_runner
+
+    if _vertex_target_args(args):
+        raise ValueError(_vertex_target_args(args))
+    return vertex_runner.vertex_config(
+        project=args.project,
+        region=args.region,
+        pipeline_root=args.pipeline_root,
+        image=args.image,
+        source_uri=args.data,
+        training=_training_config(args),
+        tpu_type=args.tpu_type,
+        tpu_count=args.tpu_cores,
+        dataflow_region=args.dataflow_region,
+        dataflow_temp_location=args.dataflow_temp_location,
+        endpoint=args.endpoint,
+        beam_args=tuple(args.beam_arg),
+        service_account=args.service_account,
+        network=args.network,
+        tpu_image=args.tpu_image,
+        labels=vertex_runner.parse_labels(args.label),
+        enable_cache=not args.no_cache,
+        **_shared_compile_settings(args),
+    )
+
+
+def _shared_compile_settings(args: argparse.Namespace) -> dict:
+    return {
+        "source_fingerprint": args.data_fingerprint,
+        "eval_fraction": args.eval_fraction,
+        "accuracy_gate": args.accuracy_gate,
+        "max_regression": args.max_regression,
+    }
 
 
 def cmd_submit_kubeflow(args: argparse.Namespace) -> int:
@@ -256,38 +282,16 @@ def cmd_submit_kubeflow(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from pipeline import vertex_runner
+    """The same topology for either target; only the configuration differs."""
+    from pipeline import kubeflow_runner, vertex_runner
 
-    if args.target == "kubeflow":
-        return cmd_compile_kubeflow(args)
-    if _vertex_target_args(args):
-        print(f"error: {_vertex_target_args(args)}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    target = {
+        "kubeflow": (_kubeflow_config, kubeflow_runner.compile_pipeline),
+        "vertex": (_vertex_config, vertex_runner.compile_pipeline),
+    }
+    make_config, compile_pipeline = target[args.target]
     try:
-        config = vertex_runner.vertex_config(
-            project=args.project,
-            region=args.region,
-            pipeline_root=args.pipeline_root,
-            image=args.image,
-            source_uri=args.data,
-            training=_training_config(args),
-            tpu_type=args.tpu_type,
-            tpu_count=args.tpu_cores,
-            dataflow_region=args.dataflow_region,
-            dataflow_temp_location=args.dataflow_temp_location,
-            endpoint=args.endpoint,
-            source_fingerprint=args.data_fingerprint,
-            beam_args=tuple(args.beam_arg),
-            service_account=args.service_account,
-            network=args.network,
-            tpu_image=args.tpu_image,
-            labels=vertex_runner.parse_labels(args.label),
-            enable_cache=not args.no_cache,
-            eval_fraction=args.eval_fraction,
-            accuracy_gate=args.accuracy_gate,
-            max_regression=args.max_regression,
-        )
-        path = vertex_runner.compile_pipeline(config, Path(args.output))
+        path = compile_pipeline(make_config(args), Path(args.output))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -84,3 +84,28 @@ class PipelineConfig:
             raise ValueError(f"eval_fraction must be in (0, 1), got {self.eval_fraction}")
         if self.vertex is not None and self.kubeflow is not None:
             raise ValueError("a pipeline targets Vertex AI or Kubeflow Pipelines, not both")
+
+
+def cloud_pipeline_config(
+    *,
+    pipeline_name: str,
+    pipeline_root: str,
+    source_uri: str,
+    source_fingerprint: str,
+    training: TrainingConfig,
+    **fields,
+) -> PipelineConfig:
+    """A pipeline whose steps run in the pipeline image (Vertex, Kubeflow): artifacts and
+    served versions under the object-store root, the schema at its path inside the image.
+    Without a fingerprint, caching keys on the URI: new data needs a new path."""
+    root = pipeline_root.rstrip("/")
+    return PipelineConfig(
+        pipeline_name=pipeline_name,
+        pipeline_root=root,
+        serving_dir=f"{root}/serving",
+        source_uri=source_uri,
+        source_fingerprint=source_fingerprint or f"uri:{source_uri}",
+        schema_path=CONTAINER_SCHEMA_PATH,
+        training=training,
+        **fields,
+    )

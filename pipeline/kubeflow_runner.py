@@ -13,7 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import CONTAINER_SCHEMA_PATH, KubeflowConfig, PipelineConfig, TrainingConfig
+from pipeline.config import (
+    KubeflowConfig,
+    PipelineConfig,
+    TrainingConfig,
+    cloud_pipeline_config,
+)
 
 # Where the Dockerfile puts this project inside the pipeline image.
 # TFX components open artifacts themselves with tf.io.gfile: gs:// is built in, s3://
@@ -61,14 +66,11 @@ def kubeflow_config(
     source_uri = _artifact_store_uri("--data", source_uri)
     if not image:
         raise ValueError("--image is required: the pipeline image every step runs")
-    return PipelineConfig(
+    return cloud_pipeline_config(
         pipeline_name=pipeline_name,
         pipeline_root=root,
-        serving_dir=f"{root}/serving",
         source_uri=source_uri,
-        # Without a fingerprint, KFP caching keys on the URI: new data needs a new path.
-        source_fingerprint=source_fingerprint or f"uri:{source_uri}",
-        schema_path=CONTAINER_SCHEMA_PATH,
+        source_fingerprint=source_fingerprint,
         training=training,
         kubeflow=KubeflowConfig(
             image=image,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import CONTAINER_SCHEMA_PATH, PipelineConfig, TrainingConfig, VertexConfig
+from pipeline.config import PipelineConfig, TrainingConfig, VertexConfig, cloud_pipeline_config
 from pipeline.tpu import tpu_worker
 
 # Where the Dockerfile puts this project inside the pipeline image.
@@ -128,14 +128,11 @@ def vertex_config(
     tpu_training = TrainingConfig(
         **{**training.to_custom_config(), "strategy": "tpu", "tpu": training.tpu or "local"}
     )
-    return PipelineConfig(
+    return cloud_pipeline_config(
         pipeline_name=pipeline_name,
         pipeline_root=root,
-        serving_dir=f"{root}/serving",
         source_uri=source_uri,
-        # Without a fingerprint, Vertex caching keys on the URI: new data needs a new path.
-        source_fingerprint=source_fingerprint or f"uri:{source_uri}",
-        schema_path=CONTAINER_SCHEMA_PATH,
+        source_fingerprint=source_fingerprint,
         training=tpu_training,
         beam_args=tuple(beam_args),
         vertex=VertexConfig(

@@ -13,18 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-LABEL_NAMES = (
-    "airplane",
-    "automobile",
-    "bird",
-    "cat",
-    "deer",
-    "dog",
-    "frog",
-    "horse",
-    "ship",
-    "truck",
-)
+from components.contract import LABEL_NAMES
 
 
 def make_images(labels: np.ndarray, seed: int = 0) -> np.ndarray:
