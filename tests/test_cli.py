@@ -1,5 +1,7 @@
 """The CLI restates no default: what `run` passes without options is the config's own."""
 
+import pytest
+
 from components.trainer.config import TrainingConfig
 from pipeline import cli
 from pipeline.config import PipelineConfig
@@ -22,6 +24,8 @@ def test_run_without_options_builds_the_default_training_config():
     )
 
 
-def test_help_shows_the_config_defaults():
-    text = cli.build_parser()._subparsers._group_actions[0].choices["run"].format_help()
+def test_help_shows_the_config_defaults(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    text = capsys.readouterr().out
     assert "(default: airbench)" in text and "(default: 0.8)" in text
