@@ -3,11 +3,11 @@ is installed unpinned or at another version, and the TPU build only exists in it
 
 import re
 import shlex
+from pathlib import Path
 
-from pipeline.config import PROJECT_ROOT
-
-DOCKERFILE = PROJECT_ROOT / "Dockerfile"
-LOCK = PROJECT_ROOT / "requirements.lock"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DOCKERFILE = REPO_ROOT / "Dockerfile"
+LOCK = REPO_ROOT / "requirements.lock"
 WHEEL = re.compile(r"/([A-Za-z0-9_]+)-([0-9][^-]*)-cp\d+-[^/]*\.whl$")
 
 
