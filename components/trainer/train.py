@@ -23,6 +23,7 @@ from components.trainer.callbacks import (
     EpochCheckpoints,
     EpochHistory,
     TrainingProgress,
+    Validation,
     read_history,
 )
 from components.trainer.config import TrainingConfig
@@ -162,10 +163,16 @@ def fit(
         tensorboard_dir=os.path.join(model_run_dir, "logs"),
     )
     # One iterator for the whole run (repeat, with the steps of one pass per epoch) instead of
-    # a new one every epoch: under MirroredStrategy, tearing down the previous epoch's
-    # distributed iterator stalled every epoch boundary (about 150 s each with 8 CPU replicas
-    # on a 2-core CPU; py-spy: the main thread in fit's enumerate_epochs).
+    # a new one every epoch: under MirroredStrategy, tearing down each epoch's distributed
+    # iterator stalled every epoch boundary (about 150 s each with 8 CPU replicas on a 2-core
+    # CPU; py-spy: the main thread in fit's enumerate_epochs). `Validation` does the same for
+    # the eval split.
     eval_steps = -(-int(eval_images.shape[0]) // run.global_batch_size)
+    validation = Validation(
+        run.strategy,
+        data.evaluation_dataset(eval_images, eval_labels, run.global_batch_size),
+        eval_steps,
+    )
     started = time.time()
     network.fit(
         data.training_dataset(
@@ -174,13 +181,10 @@ def fit(
         steps_per_epoch=steps_per_epoch,
         epochs=run.epochs,
         initial_epoch=resumed_from,
-        validation_data=data.evaluation_dataset(
-            eval_images, eval_labels, run.global_batch_size
-        ).repeat(),
-        validation_steps=eval_steps,
-        # Checkpoint first: the history beside the checkpoints never lists an epoch that a
-        # killed run could not resume from.
-        callbacks=[checkpoints, history, TrainingProgress(run.global_batch_size)],
+        # Validation first, so the others see val_ metrics; then checkpoint before history:
+        # the history beside the checkpoints never lists an epoch a killed run could not
+        # resume from.
+        callbacks=[validation, checkpoints, history, TrainingProgress(run.global_batch_size)],
         verbose=0,  # TrainingProgress reports, to the log and the console
     )
     return Fitted(
