@@ -24,5 +24,5 @@ def test_training_is_three_forward_passes_per_image():
 
 
 def test_default_model_costs_tens_of_megaflops_per_image():
-    forward = flops.forward_flops_per_image(model.build("airbench"))
+    forward = flops.forward_flops_per_image(model.build(model.RECIPES["airbench"]))
     assert 20e6 < forward < 80e6  # widths 32/64/128 at 32x32: about 40 MFLOP

@@ -21,22 +21,54 @@ def _epoch_labels(dataset: tf.data.Dataset) -> list[int]:
     return [int(label) for _, labels in dataset for label in labels.numpy()]
 
 
+def _epochs(dataset: tf.data.Dataset, epochs: int, steps: int) -> list[list]:
+    """(images, labels) batches of `epochs` consecutive epochs of `steps` batches each."""
+    batches = [(x.numpy(), y.numpy()) for x, y in dataset.take(epochs * steps)]
+    return [batches[e * steps : (e + 1) * steps] for e in range(epochs)]
+
+
 def test_training_epochs_cover_each_image_once_in_a_new_order():
     images, labels = _indexed_images()
-    dataset = data.training_dataset(images, labels, BATCH, seed=1)
-    first, second = _epoch_labels(dataset), _epoch_labels(dataset)
-    assert len(first) == len(second) == (COUNT // BATCH) * BATCH  # the partial batch is dropped
+    steps = COUNT // BATCH  # the partial batch is dropped
+    epochs = _epochs(data.training_dataset(images, labels, BATCH, seed=1), 2, steps)
+    first, second = ([int(x) for _, b in epoch for x in b] for epoch in epochs)
+    assert len(first) == len(second) == steps * BATCH
     assert len(set(first)) == len(first) and len(set(second)) == len(second)
     assert first != second
-    for batch_images, batch_labels in dataset.take(2):
-        assert batch_images.shape == (BATCH, 32, 32, 3) and batch_images.dtype == tf.uint8
+    for batch_images, batch_labels in epochs[0][:2]:
+        assert batch_images.shape == (BATCH, 32, 32, 3) and batch_images.dtype == np.uint8
         # Flips and shifts move pixels, never mix images: image i still holds only i.
-        np.testing.assert_array_equal(
-            batch_images.numpy().reshape(BATCH, -1).max(axis=1), batch_labels.numpy()
-        )
-        np.testing.assert_array_equal(
-            batch_images.numpy().reshape(BATCH, -1).min(axis=1), batch_labels.numpy()
-        )
+        np.testing.assert_array_equal(batch_images.reshape(BATCH, -1).max(axis=1), batch_labels)
+        np.testing.assert_array_equal(batch_images.reshape(BATCH, -1).min(axis=1), batch_labels)
+
+
+def test_a_resumed_run_sees_the_order_an_unbroken_run_would():
+    images, labels = _indexed_images()
+    steps = COUNT // BATCH
+    unbroken = _epochs(data.training_dataset(images, labels, BATCH, seed=3), 3, steps)
+    resumed = _epochs(data.training_dataset(images, labels, BATCH, seed=3, first_epoch=2), 1, steps)
+    assert [b.tolist() for _, b in resumed[0]] == [b.tolist() for _, b in unbroken[2]]
+
+
+def test_alternating_flip_mirrors_each_image_in_every_other_epoch():
+    """Channel 0 is dark on the left half and bright on the right, so the mean of the
+    left quarter says whether an image was mirrored, whatever its 2-pixel shift."""
+    count = 96
+    images = np.zeros((count, 32, 32, 3), np.uint8)
+    images[:, :, 16:, 0] = 200
+    dataset = data.training_dataset(
+        tf.constant(images), tf.constant(np.arange(count)), BATCH, seed=5, alternating_flip=True
+    )
+    mirrored = []
+    for epoch in _epochs(dataset, 3, count // BATCH):
+        state = {}
+        for batch_images, batch_labels in epoch:
+            for image, label in zip(batch_images, batch_labels):
+                state[int(label)] = image[:, :8, 0].mean() > 100
+        mirrored.append([state[i] for i in range(count)])
+    assert all(a != b for a, b in zip(mirrored[0], mirrored[1]))
+    assert mirrored[0] == mirrored[2]
+    assert 0 < sum(mirrored[0]) < count  # the first epoch's choice is random per image
 
 
 def test_augmentation_without_translation_is_identity_or_mirror():

@@ -55,6 +55,51 @@ class Validation(keras.callbacks.Callback):
             )
 
 
+class Lookahead(keras.callbacks.Callback):
+    """airbench's lookahead: an exponential moving average of the weights (BatchNorm
+    statistics included), copied back into the network every `every` steps from
+    `start_fraction` of training on. The average's decay grows with progress
+    (decay_base**steps x progress**power), so training moves fast early and averages
+    strongly at the end. At every epoch end the network takes the average's weights, which
+    validation, checkpoints and the export then see. A resumed run starts a new average."""
+
+    def __init__(
+        self,
+        total_steps: int,
+        start_fraction: float = 0.3,
+        every: int = 5,
+        decay_base: float = 0.95,
+        power: float = 3.0,
+    ):
+        super().__init__()
+        self._total, self._every = total_steps, every
+        self._start = int(total_steps * start_fraction)
+        self._decay_base, self._power = decay_base, power
+        self._average: list | None = None
+        self._last_step = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        # With steps_per_execution > 1 (TPU) this runs once per execution; the decay
+        # follows the steps actually taken since the last update.
+        step = int(self.model.optimizer.iterations.numpy())
+        if step < self._start:
+            return
+        weights = self.model.get_weights()
+        if self._average is None:
+            self._average, self._last_step = weights, step
+            return
+        if step - self._last_step < self._every:
+            return
+        decay = self._decay_base ** (step - self._last_step) * (step / self._total) ** self._power
+        self._average = [decay * a + (1.0 - decay) * w for a, w in zip(self._average, weights)]
+        self.model.set_weights(self._average)
+        self._last_step = step
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._average is not None:
+            self.model.set_weights(self._average)
+
+
 class EpochCheckpoints(keras.callbacks.Callback):
     """Saves model and optimizer after every epoch; `restore_latest` resumes from them.
 

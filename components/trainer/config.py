@@ -17,7 +17,7 @@ CUSTOM_CONFIG_KEY = "training"
 CHECKPOINT_ROOT_KEY = "checkpoint_root"
 
 STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "default")
-MODELS = ("airbench", "seed_cnn")
+MODELS = ("airbench", "airbench94", "seed_cnn")
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 
 

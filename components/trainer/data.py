@@ -66,23 +66,32 @@ def load_split(file_patterns: Sequence[str]) -> tuple[tf.Tensor, tf.Tensor]:
     return tf.concat(images, 0), tf.concat(labels, 0)
 
 
+def translate_batch(images: tf.Tensor, translate: int = 2) -> tf.Tensor:
+    """Per-image random translation by up to `translate` pixels (reflect padding)."""
+    if not translate:
+        return images
+    batch = tf.shape(images)[0]
+    padded = tf.pad(
+        images, [[0, 0], [translate, translate], [translate, translate], [0, 0]], mode="REFLECT"
+    )
+    offsets = tf.random.uniform([batch, 2], 0, 2 * translate + 1, dtype=tf.int32)
+    rows = offsets[:, 0:1] + tf.range(32)[None, :]  # [B, 32]
+    cols = offsets[:, 1:2] + tf.range(32)[None, :]
+    images = tf.gather(padded, rows, axis=1, batch_dims=1)  # [B, 32, W+2t, C]
+    return tf.gather(images, cols, axis=2, batch_dims=1)  # [B, 32, 32, C]
+
+
+def flip_batch(images: tf.Tensor, flip: tf.Tensor) -> tf.Tensor:
+    """Mirrors the images whose `flip` entry ([B] bool) is true."""
+    return tf.where(flip[:, None, None, None], tf.reverse(images, axis=[2]), images)
+
+
 def augment_batch(
     images: tf.Tensor, labels: tf.Tensor, translate: int = 2
 ) -> tuple[tf.Tensor, tf.Tensor]:
-    """Per-image random horizontal flip and translation (reflect padding), batched."""
-    batch = tf.shape(images)[0]
-    flip = tf.random.uniform([batch, 1, 1, 1]) < 0.5
-    images = tf.where(flip, tf.reverse(images, axis=[2]), images)
-    if translate:
-        padded = tf.pad(
-            images, [[0, 0], [translate, translate], [translate, translate], [0, 0]], mode="REFLECT"
-        )
-        offsets = tf.random.uniform([batch, 2], 0, 2 * translate + 1, dtype=tf.int32)
-        rows = offsets[:, 0:1] + tf.range(32)[None, :]  # [B, 32]
-        cols = offsets[:, 1:2] + tf.range(32)[None, :]
-        images = tf.gather(padded, rows, axis=1, batch_dims=1)  # [B, 32, W+2t, C]
-        images = tf.gather(images, cols, axis=2, batch_dims=1)  # [B, 32, 32, C]
-    return images, labels
+    """Per-image random horizontal flip and translation, batched."""
+    flip = tf.random.uniform([tf.shape(images)[0]]) < 0.5
+    return translate_batch(flip_batch(images, flip), translate), labels
 
 
 def _without_autotuning() -> tf.data.Options:
@@ -92,24 +101,47 @@ def _without_autotuning() -> tf.data.Options:
 
 
 def training_dataset(
-    images: tf.Tensor, labels: tf.Tensor, global_batch_size: int, seed: int | None = None
+    images: tf.Tensor,
+    labels: tf.Tensor,
+    global_batch_size: int,
+    seed: int = 0,
+    alternating_flip: bool = False,
+    first_epoch: int = 0,
 ) -> tf.data.Dataset:
-    """Shuffled, augmented, fixed-shape batches, one pass per epoch (drop remainder).
+    """Shuffled, augmented, fixed-shape batches, epoch after epoch without end; every
+    epoch is one pass (drop remainder) in an order fixed by (`seed`, epoch), so a run
+    resumed at `first_epoch` sees the batches an unbroken run would have.
 
-    Shuffles indices and gathers whole batches from the cached tensors: a shuffle
-    buffer of 45,000 image slices costs seconds to fill and to tear down each epoch.
+    Shuffles indices and gathers whole batches from the cached tensors: a shuffle buffer
+    of 45,000 image slices costs seconds to fill and to tear down each epoch. With
+    `alternating_flip` (airbench), each image is mirrored at random in the first epoch
+    and then in every other epoch, so consecutive epochs see both of its sides; otherwise
+    every image is mirrored at random each time.
     """
     count = int(images.shape[0])
+    mirrored_first = tf.random.stateless_uniform([count], seed=[seed, -1]) < 0.5
 
-    def gather(indices: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        return tf.gather(images, indices), tf.gather(labels, indices)
+    def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
+        epoch_seed = tf.stack([tf.constant(seed, tf.int64), epoch])
+        order = tf.random.experimental.stateless_shuffle(tf.range(count), seed=epoch_seed)
+        return (
+            tf.data.Dataset.from_tensor_slices(order)
+            .batch(global_batch_size, drop_remainder=True)
+            .map(lambda indices: (indices, epoch))
+        )
+
+    def gather(indices: tf.Tensor, epoch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        batch = tf.gather(images, indices)
+        if alternating_flip:
+            flip = tf.not_equal(tf.gather(mirrored_first, indices), tf.equal(epoch % 2, 1))
+        else:
+            flip = tf.random.uniform([tf.size(indices)]) < 0.5
+        return translate_batch(flip_batch(batch, flip)), tf.gather(labels, indices)
 
     return (
-        tf.data.Dataset.range(count)
-        .shuffle(count, seed=seed, reshuffle_each_iteration=True)
-        .batch(global_batch_size, drop_remainder=True)
+        tf.data.Dataset.range(first_epoch, 2**62)
+        .flat_map(epoch_batches)
         .map(gather, num_parallel_calls=PARALLEL_BATCHES)
-        .map(augment_batch, num_parallel_calls=PARALLEL_BATCHES)
         .prefetch(PARALLEL_BATCHES)
         .with_options(_without_autotuning())
     )

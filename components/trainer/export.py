@@ -5,8 +5,11 @@
   `image_header.MAX_IMAGE_PIXELS`, 4096 x 4096) is refused before it is decoded;
 - `serving_examples`: serialized tf.Examples, tf.string [None] -> the same outputs (TFMA).
 
-Decoding, resizing, normalisation and test-time augmentation (the average of the
-image and its mirror image) are inside the graph, so a client sends only bytes.
+Decoding, resizing, normalisation and test-time augmentation are inside the graph, so
+a client sends only bytes. Test-time augmentation averages the class probabilities of
+several views: "flip", the image and its mirror image (2 network passes); or
+"flip_translate" (airbench's multi-crop), those two at weight 1/2 and both again shifted
+one pixel up-left and one pixel down-right at 1/4 each (6 passes).
 The exported network is rebuilt in float32 on the default strategy, so a model
 trained under TPUStrategy, MirroredStrategy or bf16 serves on any CPU.
 """
@@ -40,24 +43,45 @@ def float32_copy(trained: keras.Model, build_fn) -> keras.Model:
     return copy
 
 
+TEST_TIME_AUGMENTATIONS = ("flip", "flip_translate")
+
+
 class ServingModule(tf.Module):
     def __init__(
         self,
         network: keras.Model,
-        test_time_flip: bool = True,
+        test_time_augmentation: str = "flip",
         max_image_pixels: int = MAX_IMAGE_PIXELS,
     ):
         super().__init__()
+        if test_time_augmentation not in TEST_TIME_AUGMENTATIONS:
+            raise ValueError(
+                f"unknown test-time augmentation '{test_time_augmentation}'; "
+                f"choose one of {', '.join(TEST_TIME_AUGMENTATIONS)}"
+            )
         self.network = network
-        self.test_time_flip = test_time_flip
+        self.test_time_augmentation = test_time_augmentation
         self.max_image_pixels = max_image_pixels
         self.label_names = tf.constant(LABEL_NAMES)
 
+    def _mirror_average(self, images: tf.Tensor) -> tf.Tensor:
+        """Probabilities averaged over the images and their mirror images (one pass)."""
+        both = tf.concat([images, tf.reverse(images, axis=[2])], axis=0)
+        probabilities = tf.nn.softmax(self.network(both, training=False))
+        plain, mirrored = tf.split(probabilities, 2, axis=0)
+        return (plain + mirrored) / 2.0
+
+    def probabilities(self, images: tf.Tensor) -> tf.Tensor:
+        """uint8 [N, 32, 32, 3] -> [N, classes], averaged over the test-time views."""
+        if self.test_time_augmentation == "flip":
+            return self._mirror_average(images)
+        padded = tf.pad(images, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="REFLECT")
+        views = tf.concat([images, padded[:, :IMAGE_SIZE, :IMAGE_SIZE], padded[:, 2:, 2:]], axis=0)
+        centre, up_left, down_right = tf.split(self._mirror_average(views), 3, axis=0)
+        return centre / 2.0 + (up_left + down_right) / 4.0
+
     def _outputs(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
-        probabilities = tf.nn.softmax(self.network(images, training=False))
-        if self.test_time_flip:
-            mirrored = tf.nn.softmax(self.network(tf.reverse(images, axis=[2]), training=False))
-            probabilities = (probabilities + mirrored) / 2.0
+        probabilities = self.probabilities(images)
         return {
             PROBABILITIES_KEY: probabilities,
             CLASSES_KEY: tf.gather(self.label_names, tf.argmax(probabilities, axis=1)),
@@ -82,9 +106,12 @@ class ServingModule(tf.Module):
 
 
 def export_serving_model(
-    network: keras.Model, export_dir: str, max_image_pixels: int = MAX_IMAGE_PIXELS
+    network: keras.Model,
+    export_dir: str,
+    test_time_augmentation: str = "flip",
+    max_image_pixels: int = MAX_IMAGE_PIXELS,
 ) -> None:
-    module = ServingModule(network, max_image_pixels=max_image_pixels)
+    module = ServingModule(network, test_time_augmentation, max_image_pixels)
     tf.saved_model.save(
         module,
         export_dir,

@@ -38,7 +38,9 @@ def run_fn(fn_args: FnArgs) -> None:
         fitted = train.fit(run, split, backup_dir, fn_args.model_run_dir)
         export_started = time.time()
         serving_network = export.float32_copy(fitted.network, fitted.build)
-        export.export_serving_model(serving_network, fn_args.serving_model_dir)
+        export.export_serving_model(
+            serving_network, fn_args.serving_model_dir, run.recipe.test_time_augmentation
+        )
         export_seconds = time.time() - export_started
     tf.io.gfile.rmtree(backup_dir)  # the model is exported: nothing left to resume
     forward_flops = flops.forward_flops_per_image(serving_network)

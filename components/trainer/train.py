@@ -22,6 +22,7 @@ from components.trainer import strategy as strategies
 from components.trainer.callbacks import (
     EpochCheckpoints,
     EpochHistory,
+    Lookahead,
     TrainingProgress,
     Validation,
     read_history,
@@ -138,7 +139,7 @@ def fit(
     whitening_sample = train_images[:5000].numpy()
 
     def build() -> keras.Model:
-        return model.build(run.config.model, whitening_sample)
+        return model.build(run.recipe, whitening_sample)
 
     with run.strategy.scope():
         network = build()
@@ -173,18 +174,27 @@ def fit(
         data.evaluation_dataset(eval_images, eval_labels, run.global_batch_size),
         eval_steps,
     )
+    # Lookahead first: the epoch's last averaging step comes before validation and the
+    # checkpoint. Validation next, so the others see val_ metrics; then checkpoint before
+    # history: the history beside the checkpoints never lists an epoch a killed run could
+    # not resume from.
+    callbacks = [validation, checkpoints, history, TrainingProgress(run.global_batch_size)]
+    if run.recipe.lookahead:
+        callbacks.insert(0, Lookahead(steps_per_epoch * run.epochs))
     started = time.time()
     network.fit(
         data.training_dataset(
-            train_images, train_labels, run.global_batch_size, seed=run.config.seed
-        ).repeat(),
+            train_images,
+            train_labels,
+            run.global_batch_size,
+            seed=run.config.seed,
+            alternating_flip=run.recipe.alternating_flip,
+            first_epoch=resumed_from,
+        ),
         steps_per_epoch=steps_per_epoch,
         epochs=run.epochs,
         initial_epoch=resumed_from,
-        # Validation first, so the others see val_ metrics; then checkpoint before history:
-        # the history beside the checkpoints never lists an epoch a killed run could not
-        # resume from.
-        callbacks=[validation, checkpoints, history, TrainingProgress(run.global_batch_size)],
+        callbacks=callbacks,
         verbose=0,  # TrainingProgress reports, to the log and the console
     )
     return Fitted(
