@@ -9,7 +9,9 @@
     the machine's own dense conv and matmul throughput in the Trainer's precision,
     against which the model's effective training FLOP/s is an efficiency;
 (c) the pipeline itself (`cifar10-pipeline run --no-cache`), stage by stage;
-(d) CPU serving latency and throughput of the model it pushed.
+(d) CPU serving latency and throughput of the model it pushed, and of every recipe's
+    exported network with its test-time augmentation (latency does not depend on the
+    weights, so an untrained export of each recipe stands in for a trained one).
 
 Prints one table and writes it, with the raw figures, to <output-dir>/bench.json.
 """
@@ -37,7 +39,7 @@ from components.contract import (
     STATISTICS_NODE,
     VALIDATION_GATE_NODE,
 )
-from components.trainer import flops, model
+from components.trainer import export, flops, model
 from components.trainer.hardware import decide_precision, detect
 from components.trainer.keras import keras, tf
 from pipeline import data_source
@@ -154,7 +156,7 @@ def machine_peak(rounds: int) -> dict:
         )
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     hardware = detect("cpu")
-    forward = flops.forward_flops_per_image(model.build("airbench"))
+    forward = flops.forward_flops_per_image(model.build(model.RECIPES["airbench"]))
     return {
         "precision": runs[0]["precision"],
         "hardware": hardware.to_json(),
@@ -164,6 +166,31 @@ def machine_peak(rounds: int) -> dict:
         "training_flops_per_image": flops.training_flops(forward, 1),
         "runs": runs,
     }
+
+
+def _serving_latency(model_dir: Path) -> str:
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.serving_latency", "--model-dir", str(model_dir)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def recipe_serving(folder: Path, images: np.ndarray) -> dict[str, str]:
+    """Serving latency of each recipe's exported network, test-time augmentation included."""
+    latencies = {}
+    for name, recipe in model.RECIPES.items():
+        network = model.build(recipe, images[:5000])
+        export.export_serving_model(
+            network, str(folder / name / "1"), recipe.test_time_augmentation
+        )
+        latencies[name] = (
+            f"{recipe.test_time_augmentation} test-time views, "
+            f"{flops.forward_flops_per_image(network) / 1e6:.0f} MFLOP per view\n"
+            + _serving_latency(folder / name)
+        )
+    return latencies
 
 
 def pipeline_run(source: str, output_dir: Path, extra: list[str]) -> dict:
@@ -250,17 +277,9 @@ def main() -> None:
         pushed = RunSummary.from_json(results["pipeline"]["summary"]).push
         if pushed is not None and pushed.pushed:
             print("(d) serving latency of the pushed model ...", flush=True)
-            results["serving"] = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "benchmarks.serving_latency",
-                    "--model-dir",
-                    str(output_dir / "run" / "serving" / "cifar10"),
-                ],
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
+            results["serving"] = _serving_latency(output_dir / "run" / "serving" / "cifar10")
+    print("(d) serving latency of each recipe's export ...", flush=True)
+    results["recipe_serving"] = recipe_serving(output_dir / "recipes", arrays["train"][0])
     (output_dir / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(render(results))
     print(f"\nraw figures: {output_dir / 'bench.json'}")
@@ -379,7 +398,11 @@ def render(results: dict) -> str:
             )
     width = max(len(r[0]) for r in rows)
     table = "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
-    return table + (f"\n\nserving (CPU):\n{results['serving']}" if results.get("serving") else "")
+    if results.get("serving"):
+        table += f"\n\nserving (CPU), the pushed model:\n{results['serving']}"
+    for name, text in results.get("recipe_serving", {}).items():
+        table += f"\n\nserving (CPU), recipe {name}:\n{text}"
+    return table
 
 
 if __name__ == "__main__":

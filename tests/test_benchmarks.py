@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import bench
+from benchmarks import bench, recipe_trial
+from components.trainer import model
 from components.trainer.training_summary import TrainingSummary
 from pipeline.summary import RunSummary
 
@@ -106,8 +107,10 @@ def test_render_reports_probe_and_pipeline_rows():
             "matmul_gflops": 110.0,
             "training_flops_per_image": 120e6,
         },
+        "recipe_serving": {"airbench94": "6 views\none image p50 9.00 ms"},
     }
     table = bench.render(results)
+    assert "serving (CPU), recipe airbench94:\n6 views\none image p50 9.00 ms" in table
     assert "300.0 = 4.0 + 14.0 + 270.0 + 12.0" in table
     # 2,000 images/s x 120 MFLOP = 240 GFLOP/s against a 100 GFLOP/s conv.
     assert "240 = 120 MFLOP x 2000 img/s" in table and "2.40" in table
@@ -165,3 +168,20 @@ def test_peak_probe_reports_conv_and_matmul_throughput():
     measured = json.loads(done.stdout.strip().splitlines()[-1])
     assert measured["precision"] == "float32"
     assert measured["conv3x3_gflops"] > 0 and measured["matmul_gflops"] > 0
+
+
+def test_recipe_validation_slice_is_class_balanced_and_fixed():
+    labels = np.repeat(np.arange(10), 90)[np.random.default_rng(0).permutation(900)]
+    mask = recipe_trial.validation_mask(labels)
+    assert mask.sum() == 100
+    assert all(np.sum(mask & (labels == c)) == 10 for c in range(10))
+    np.testing.assert_array_equal(mask, recipe_trial.validation_mask(labels))
+
+
+def test_recipe_overrides_are_typed_and_unknown_fields_refused():
+    recipe = model.RECIPES["airbench"]
+    assert recipe_trial._parse_override(recipe, "widths=32,64,128") == ("widths", (32, 64, 128))
+    assert recipe_trial._parse_override(recipe, "lookahead=false") == ("lookahead", False)
+    assert recipe_trial._parse_override(recipe, "epochs=6") == ("epochs", 6)
+    with pytest.raises(SystemExit, match="no recipe field 'depth'"):
+        recipe_trial._parse_override(recipe, "depth=3")

@@ -1,0 +1,119 @@
+"""One training recipe, tuned honestly: trained on the training split minus a validation
+slice and scored on that slice, never on the eval carve the pipeline's gate uses.
+
+The validation slice is carved from the ExampleGen's training split the way the eval
+split is carved from the release (`EvalCarver`: every k-th image of each class), so it
+is class-balanced and the same on every run. Runs the Trainer's own plan and fit
+(`components.trainer.train`), then scores the model with the exported model's test-time
+augmentation. Prints one JSON line.
+
+    python -m benchmarks.recipe_trial --model airbench --set epochs=4 --seed 0 \\
+        --data ../shared/datasets/cifar10/cifar-10-binary-train.tar.gz
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import tempfile
+import time
+
+import numpy as np
+
+from components.cifar10_example_gen.sources import EvalCarver, load_arrays
+from components.contract import NUM_CLASSES
+from components.trainer import export, flops, model, train
+from components.trainer.config import TrainingConfig
+from components.trainer.keras import tf
+
+VALIDATION_FRACTION = 1 / 9  # 5,000 of the 45,000 training images
+
+
+def validation_mask(labels: np.ndarray, fraction: float = VALIDATION_FRACTION) -> np.ndarray:
+    """True for the validation slice: the same class-balanced rule as the eval carve."""
+    carver = EvalCarver(fraction)
+    seen = [0] * NUM_CLASSES
+    mask = np.zeros(len(labels), bool)
+    for index, label in enumerate(labels):
+        mask[index] = carver.is_eval(seen[label])
+        seen[label] += 1
+    return mask
+
+
+def _parse_override(recipe: model.Recipe, text: str) -> tuple[str, object]:
+    name, _, value = text.partition("=")
+    fields = {f.name for f in dataclasses.fields(model.Recipe)}
+    if name not in fields:
+        raise SystemExit(f"--set {text}: no recipe field '{name}' (fields: {', '.join(fields)})")
+    current = getattr(recipe, name)
+    if isinstance(current, bool):
+        return name, value.lower() in ("1", "true", "yes")
+    if isinstance(current, tuple) or (current is None and name == "widths"):
+        return name, tuple(type((current or (0,))[0])(v) for v in value.split(","))
+    return name, type(current)(value)
+
+
+def accuracy(module: export.ServingModule, images: np.ndarray, labels: np.ndarray) -> float:
+    correct = 0
+    probabilities_of = tf.function(module.probabilities)
+    for start in range(0, len(images), 500):
+        probabilities = probabilities_of(tf.constant(images[start : start + 500]))
+        correct += int(np.sum(np.argmax(probabilities, axis=1) == labels[start : start + 500]))
+    return correct / len(images)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", required=True, help="the CIFAR-10 release (archive or folder)")
+    parser.add_argument("--model", default="airbench", choices=sorted(model.RECIPES))
+    parser.add_argument("--set", action="append", default=[], help="recipe field=value")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    recipe = model.RECIPES[args.model]
+    recipe = dataclasses.replace(recipe, **dict(_parse_override(recipe, o) for o in args.set))
+    images, labels = load_arrays(args.data)["train"]
+    held_out = validation_mask(labels)
+    split = {
+        "train": (tf.constant(images[~held_out]), tf.constant(labels[~held_out])),
+        "eval": (tf.constant(images[held_out]), tf.constant(labels[held_out])),
+    }
+    run = train.plan(TrainingConfig(model=args.model, seed=args.seed))
+    run = dataclasses.replace(
+        run,
+        recipe=recipe,
+        epochs=recipe.epochs,
+        per_replica_batch_size=recipe.per_replica_batch_size,
+        global_batch_size=recipe.per_replica_batch_size * run.replicas,
+    )
+    started = time.time()
+    settings = train.process_settings(run.precision.policy, args.seed)
+    with settings, tempfile.TemporaryDirectory() as work:
+        fitted = train.fit(run, split, f"{work}/checkpoints", f"{work}/model")
+        network = export.float32_copy(fitted.network, fitted.build)
+    module = export.ServingModule(network, recipe.test_time_augmentation)
+    forward = flops.forward_flops_per_image(network)
+    images_seen = run.epochs * fitted.steps_per_epoch * run.global_batch_size
+    print(
+        json.dumps(
+            {
+                "model": args.model,
+                "recipe": {k: v for k, v in dataclasses.asdict(recipe).items()},
+                "seed": args.seed,
+                "train_images": int(np.sum(~held_out)),
+                "validation_images": int(np.sum(held_out)),
+                "validation_accuracy": accuracy(module, images[held_out], labels[held_out]),
+                "validation_accuracy_without_tta": fitted.history[-1].get("val_accuracy"),
+                "history": [round(e.get("val_accuracy", 0), 4) for e in fitted.history],
+                "training_flops": flops.training_flops(forward, images_seen),
+                "fit_seconds": round(fitted.fit_seconds, 1),
+                "wall_seconds": round(time.time() - started, 1),
+                "precision": run.precision.policy,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
