@@ -38,11 +38,16 @@ $(STAMP): requirements.lock pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/cifar10-pipeline run $(ARGS)
 
+# Two pytest-xdist workers: much of a pipeline run is single-threaded (process start,
+# imports, Beam and metadata bookkeeping), so two overlap well on two cores. Tests that
+# share a session run stay on one worker (tests/conftest.py). More workers need more memory.
+TEST_WORKERS ?= 2
+
 test: lint
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
 
 test-unit: lint
-	$(PY) -m pytest -m "not integration" $(ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not integration" $(ARGS)
 
 # Layers import only downward; style and formatting are checked, not debated.
 lint: $(STAMP)

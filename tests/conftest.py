@@ -17,6 +17,18 @@ import components  # noqa: F401
 import cifar_fixtures as fx
 
 FAST_TRAINING = ["--epochs", "3", "--per-replica-batch-size", "64"]
+# Session fixtures that run the pipeline or train: `make test` runs two pytest-xdist workers
+# with --dist loadgroup, and every test using one of these goes to the same worker, so each
+# is built once.
+SHARED_RUN_FIXTURES = ("first_run", "scenario", "trained")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for name in SHARED_RUN_FIXTURES:
+            if name in item.fixturenames:
+                item.add_marker(pytest.mark.xdist_group(name))
+                break
 
 
 def cli(*args, timeout=900):
