@@ -18,7 +18,7 @@ COPY data ./data
 # Editable, so data/schema/schema.pbtxt stays at /pipeline/data where the compiled pipeline
 # expects it.
 RUN python -m pip install --no-cache-dir --no-deps -e .
-ENV TF_USE_LEGACY_KERAS=1
+ENV TF_USE_LEGACY_KERAS=1 TF_ENABLE_ONEDNN_OPTS=1
 
 # The Trainer on a Cloud TPU VM: TensorFlow's TPU VM build and its libtpu, installed as Vertex
 # AI's "Training with TPU accelerators" page prescribes for a custom container (the wheel from
