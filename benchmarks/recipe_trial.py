@@ -99,7 +99,7 @@ def main() -> None:
         json.dumps(
             {
                 "model": args.model,
-                "recipe": {k: v for k, v in dataclasses.asdict(recipe).items()},
+                "recipe": dataclasses.asdict(recipe),
                 "seed": args.seed,
                 "train_images": int(np.sum(~held_out)),
                 "validation_images": int(np.sum(held_out)),

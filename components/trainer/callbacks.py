@@ -84,12 +84,12 @@ class Lookahead(keras.callbacks.Callback):
         step = int(self.model.optimizer.iterations.numpy())
         if step < self._start:
             return
-        weights = self.model.get_weights()
         if self._average is None:
-            self._average, self._last_step = weights, step
+            self._average, self._last_step = self.model.get_weights(), step
             return
         if step - self._last_step < self._every:
             return
+        weights = self.model.get_weights()  # copied only on the steps that average
         decay = self._decay_base ** (step - self._last_step) * (step / self._total) ** self._power
         self._average = [decay * a + (1.0 - decay) * w for a, w in zip(self._average, weights)]
         self.model.set_weights(self._average)
