@@ -96,6 +96,18 @@ def test_truncated_gzip(tmp_path):
         sources.list_shards(str(archive))
 
 
+def test_reading_a_batch_streams_the_archive_only_up_to_it(tmp_path):
+    """A gzipped tar has no index: looking a member up by name would decompress the whole
+    archive for every batch file the ExampleGen reads (twice per batch, once per split)."""
+    archive = fx.binary_archive(tmp_path / "c.tar.gz", batches=3, per_class=20)
+    first, *later = [s for s in sources.list_shards(str(archive)) if s.split == sources.TRAIN]
+    data = archive.read_bytes()
+    archive.write_bytes(data[: len(data) * 2 // 3])  # the last batch is cut off
+    assert len(list(sources.read_shard(first))) == 200
+    with pytest.raises(sources.SourceError, match="corrupt or truncated archive"):
+        list(sources.read_shard(later[-1]))
+
+
 def test_corrupt_gzip(tmp_path):
     archive = tmp_path / "c.tar.gz"
     archive.write_bytes(gzip.compress(b"x" * 1000)[:20] + b"garbage" * 100)

@@ -7,6 +7,7 @@ with a message that starts with the offending file, before anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pickle
@@ -206,19 +207,14 @@ def list_shards(source: str) -> list[Shard]:
 
 
 def _read_member(shard: Shard) -> tuple[str, bytes]:
-    """(display name, bytes) of a batch file, with a size cap."""
+    """(display name, bytes) of a batch file, with a size cap. From an archive, the tar is
+    streamed up to the member and no further (random access to a member of a gzipped tar
+    decompresses the whole archive first)."""
     if _is_archive(shard.source):
-        where = f"{shard.source}:{shard.member}"
-        try:
-            with _open_binary(shard.source) as raw, tarfile.open(fileobj=raw, mode="r:*") as tar:
-                member = tar.getmember(shard.member)
-                if member.size > MAX_MEMBER_BYTES:
-                    raise SourceError(f"{where}: {member.size} bytes is too large for a batch file")
-                handle = tar.extractfile(member)
-                data = handle.read() if handle else b""
-        except (tarfile.TarError, EOFError, zlib.error, OSError, KeyError) as err:
-            raise SourceError(f"{shard.source}: corrupt or truncated archive ({err})") from err
-        return where, data
+        with contextlib.closing(_archive_batches(shard.source, {shard.member})) as batches:
+            for name, data in batches:
+                return f"{shard.source}:{name}", data
+        raise SourceError(f"{shard.source}: no member '{shard.member}' (changed since listed?)")
     path = os.path.join(shard.source, shard.member)
     with _open_binary(path) as handle:
         data = handle.read(MAX_MEMBER_BYTES + 1)
