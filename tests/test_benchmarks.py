@@ -85,7 +85,9 @@ def test_render_reports_probe_and_pipeline_rows():
     results = {
         "classic": {
             "epochs": 3,
-            "median_seconds_per_epoch": 60.0,
+            "images_per_epoch_measured": 45000,
+            "median_seconds_per_epoch": 54.0,
+            "seconds_per_50k_epoch": 60.0,
             "eval_accuracy": 0.33,
             "projected_full_run_seconds": 3000.0,
         },
@@ -114,7 +116,11 @@ def test_render_reports_probe_and_pipeline_rows():
     assert "300.0 = 4.0 + 14.0 + 270.0 + 12.0" in table
     # 2,000 images/s x 120 MFLOP = 240 GFLOP/s against a 100 GFLOP/s conv.
     assert "240 = 120 MFLOP x 2000 img/s" in table and "2.40" in table
-    assert re.search(r"in classic-recipe epochs \(goal <= 5\) +6.7\n", table)  # 400 s / 60 s
+    # The pipeline's own fit: 5.4e12 FLOPs in 270 s = 20 GFLOP/s, 0.20 of the conv.
+    assert "20 = 5.4e+12 / 270.0 s" in table
+    assert re.search(r"pipeline fit / conv throughput \(goal >= 0.70\) +0.20\n", table)
+    # 400 s against 60 s per epoch of 50,000 images.
+    assert re.search(r"classic-recipe epochs of 50,000 images \(goal <= 5\) +6.7\n", table)
     assert "2000 (1.00x; 1.0)" in table
     assert f"{(37.3 + 18.0 + 44.0) / 3000.0:.3f}" in table
 
