@@ -31,7 +31,10 @@ $(STAMP): requirements.lock pyproject.toml
 	@test -n "$(PYTHON310)" || { echo "error: Python 3.10 not found (TFX 1.16 needs it); install it or pass PYTHON310=/path/to/python3.10" >&2; exit 1; }
 	@test -x $(PY) || $(PYTHON310) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
-	$(UV) pip sync --python $(PY) requirements.lock
+	# Bytecode now (about 1.5 min once): uv skips it, and where PYTHONDONTWRITEBYTECODE is
+	# set (this project's machines) every process would otherwise compile TensorFlow, TFX and
+	# Beam from source on import: 70 s against 23 s to import them here.
+	$(UV) pip sync --python $(PY) --compile-bytecode requirements.lock
 	$(UV) pip install --python $(PY) --no-deps -e .
 	@touch $(STAMP)
 
