@@ -330,6 +330,7 @@ def render(results: dict) -> str:
         ("classic: projected 50-epoch run (s)", f"{classic['projected_full_run_seconds']:.0f}"),
     ]
     peak, run = results.get("peak"), results.get("pipeline")
+    summary = RunSummary.from_json(run["summary"], "bench.json pipeline summary") if run else None
     if peak:
         default_rate = next(iter(probe["settings"].values()))["images_per_second"]
         effective = default_rate * peak["training_flops_per_image"] / 1e9
@@ -354,9 +355,7 @@ def render(results: dict) -> str:
                 f"{effective / peak['conv3x3_gflops']:.2f}",
             ),
         ]
-        training = (
-            run and RunSummary.from_json(run["summary"], "bench.json pipeline summary").training
-        )
+        training = summary and summary.training
         if training and training.fit_seconds > 0:
             fitted = training.training_flops / training.fit_seconds / 1e9
             rows += [
@@ -379,7 +378,6 @@ def render(results: dict) -> str:
             )
         )
     if run:
-        summary = RunSummary.from_json(run["summary"], "bench.json pipeline summary")
         training, evaluation = summary.training, summary.evaluation
         for stage, seconds in summary.stage_seconds.items():
             rows.append((f"pipeline stage {stage} (s)", f"{seconds:.1f}"))
