@@ -35,7 +35,7 @@ def _add_training_args(parser: argparse.ArgumentParser) -> None:
         "--model",
         choices=MODELS,
         default=_default(TrainingConfig, "model"),
-        help="airbench: the fast default (widths 32/64/128, 7 epochs); airbench94: the "
+        help="airbench: the fast default (widths 32/64/128, 5 epochs); airbench94: the "
         "wider preset for more time or a TPU (64/256/256, 10 epochs); seed_cnn: the classic "
         "Colab TPU recipe (default: %(default)s)",
     )

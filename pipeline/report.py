@@ -32,7 +32,7 @@ from pipeline.summary import RunSummary
 REPORT_FILE = "report.html"
 SAMPLES_PER_CLASS = 8
 SAMPLE_RECORDS = 1000  # train records read for the sample grid
-MISTAKES_SAMPLE = 2000  # eval records the exported model classifies for the mistakes panel
+MISTAKES_SAMPLE = 1000  # eval records the exported model classifies for the mistakes panel
 MISTAKES_SHOWN = 24
 
 
@@ -76,18 +76,25 @@ def read_split(
     return images.numpy(), labels.numpy(), serialized
 
 
-def _grid(images: np.ndarray, columns: int, captions: list[str] | None = None, scale=1.0):
-    import matplotlib.pyplot as plt
+def _tile(image: np.ndarray) -> str:
+    """One image as a PNG data URI, encoded by Pillow: a grid of these renders in
+    milliseconds, where a matplotlib axes per image took about 5 s per grid."""
+    from PIL import Image
 
-    rows = max(1, int(np.ceil(len(images) / columns)))
-    figure, axes = plt.subplots(rows, columns, figsize=(columns * scale, rows * scale * 1.15))
-    for index, axis in enumerate(np.atleast_1d(axes).ravel()):
-        axis.axis("off")
-        if index < len(images):
-            axis.imshow(images[index])
-            if captions:
-                axis.set_title(captions[index], fontsize=6)
-    return figure
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def _grid(images: np.ndarray, columns: int, captions: list[str]) -> str:
+    """An HTML table of images, `columns` per row, each above its caption."""
+    cells = [
+        f'<td><img class="tile" src="{_tile(image)}" alt="{html.escape(caption)}">'
+        f"<br>{html.escape(caption)}</td>"
+        for image, caption in zip(images, captions)
+    ]
+    rows = ["".join(cells[i : i + columns]) for i in range(0, len(cells), columns)]
+    return "<table class='grid'>" + "".join(f"<tr>{row}</tr>" for row in rows) + "</table>"
 
 
 def data_section(summary: RunSummary, train) -> str:
@@ -107,14 +114,14 @@ def data_section(summary: RunSummary, train) -> str:
         chosen = np.flatnonzero(labels == label)[:SAMPLES_PER_CLASS]
         samples.extend(images[chosen])
         captions.extend([LABEL_NAMES[label]] * len(chosen))
-    grid = _png(_grid(np.array(samples), SAMPLES_PER_CLASS, captions)) if samples else ""
+    grid = _grid(np.array(samples), SAMPLES_PER_CLASS, captions) if samples else ""
     stats = _statistics_table(summary)
     counts = ", ".join(f"{split} {count}" for split, count in summary.record_counts.items())
     return (
         f"<h2>Data</h2><p>Records per split: {counts} "
         f"(source {html.escape(str(summary.source))})</p>"
         f"{chart}<h3>Sample images per class (train)</h3>"
-        f"{_img(grid, 'sample grid') if grid else '<p>no images</p>'}"
+        f"{grid or '<p>no images</p>'}"
         f"<h3>TFDV statistics and anomalies</h3>{stats}"
     )
 
@@ -295,11 +302,7 @@ def evaluation_section(summary: RunSummary) -> str:
         f"{LABEL_NAMES[labels[i]]}->{LABEL_NAMES[predicted[i]]} {100 * probabilities[i].max():.0f}%"
         for i in worst
     ]
-    mistakes = (
-        _img(_png(_grid(images[worst], 8, captions, scale=1.3)), "confident mistakes")
-        if len(worst)
-        else "<p>No mistakes.</p>"
-    )
+    mistakes = _grid(images[worst], 8, captions) if len(worst) else "<p>No mistakes.</p>"
     return (
         body + "<h3>Most confident mistakes</h3>"
         f"<p>Among the first {len(serialized)} eval records.</p>" + mistakes
@@ -328,7 +331,8 @@ def outcome_section(summary: RunSummary) -> str:
 
 STYLE = """body{font-family:sans-serif;max-width:1200px;margin:auto;padding:1em;color:#222}
 table{border-collapse:collapse;margin:0.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;
-font-size:13px}img{max-width:100%}.ok{color:#161}.bad{color:#a11;font-weight:bold}"""
+font-size:13px}img{max-width:100%}.grid td{border:none;text-align:center;font-size:10px}
+img.tile{width:64px;image-rendering:pixelated}.ok{color:#161}.bad{color:#a11;font-weight:bold}"""
 
 
 def build_report(run_dir: Path) -> Path:

@@ -7,6 +7,9 @@ import subprocess
 
 import pytest
 
+from components.contract import NUM_CLASSES
+from pipeline.report import SAMPLES_PER_CLASS
+
 pytestmark = pytest.mark.integration  # full pipeline runs in subprocesses
 
 
@@ -33,7 +36,10 @@ def test_report_has_every_section_with_numbers_from_the_run(first_run):
     # tiny eval record right has no mistakes panel to draw
     perfect = summary["eval_accuracy"] == 1.0
     assert ("<p>No mistakes.</p>" in page) == perfect
-    assert len(re.findall(r'src="data:image/png;base64,', page)) >= (4 if perfect else 5)
+    charts = 3  # eval records per class, training curves, per-class accuracy and confusion
+    tiles = page.count('<img class="tile" src="data:image/png;base64,')
+    assert tiles >= SAMPLES_PER_CLASS * NUM_CLASSES + (0 if perfect else 1)
+    assert len(re.findall(r'src="data:image/png;base64,', page)) == charts + tiles
     assert not re.search(r'src="(https?:)?//', page)
 
 
