@@ -231,7 +231,7 @@ def pipeline_run(source: str, output_dir: Path, extra: list[str]) -> dict:
 
 def time_to_accuracy(summary: RunSummary, target: float) -> float | None:
     """Seconds from the start of the pipeline run until the end of the first epoch whose
-    eval accuracy (without test-time flip) reached `target`: the stages before the
+    eval accuracy (without test-time augmentation) reached `target`: the stages before the
     Trainer, the Trainer's loading and model building, then the epochs."""
     before_trainer = sum(
         v
@@ -398,7 +398,7 @@ def render(results: dict) -> str:
                 f"{run['wall_seconds'] - fit:.0f}",
             ),
             (
-                "pipeline: eval accuracy (TFMA, with test-time flip)",
+                "pipeline: eval accuracy (TFMA, exported model with test-time augmentation)",
                 f"{evaluation.eval_accuracy if evaluation else None}",
             ),
             ("pipeline: blessed / exit status", f"{summary.blessed} / {run['exit_status']}"),
