@@ -42,7 +42,11 @@ def _png(figure) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
     plt.close(figure)
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    return _png_data_uri(buffer.getvalue())
+
+
+def _png_data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode()
 
 
 def _img(uri: str, alt: str) -> str:
@@ -78,12 +82,12 @@ def read_split(
 
 def _tile(image: np.ndarray) -> str:
     """One image as a PNG data URI, encoded by Pillow: a grid of these renders in
-    milliseconds, where a matplotlib axes per image took about 5 s per grid."""
+    milliseconds, where a matplotlib axes per image took seconds per grid."""
     from PIL import Image
 
     buffer = io.BytesIO()
     Image.fromarray(image).save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    return _png_data_uri(buffer.getvalue())
 
 
 def _grid(images: np.ndarray, columns: int, captions: list[str]) -> str:
