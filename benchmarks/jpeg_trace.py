@@ -42,17 +42,22 @@ class Trace:
     dip_ratio: float
 
 
-def reencoding_change(images: np.ndarray, quality: int, subsampling: str) -> float:
-    """Mean absolute change of uint8 [N,H,W,3] images when saved as JPEG and decoded."""
-    total = 0.0
-    for image in images:
+def jpeg_round_trip(images: np.ndarray, quality: int, subsampling: str) -> np.ndarray:
+    """uint8 [N,H,W,3] images saved as JPEG with Pillow and decoded again."""
+    decoded = np.empty_like(images)
+    for index, image in enumerate(images):
         buffer = io.BytesIO()
         Image.fromarray(image).save(
             buffer, "JPEG", quality=quality, subsampling=SUBSAMPLING[subsampling]
         )
-        decoded = np.asarray(Image.open(buffer), np.float64)
-        total += float(np.mean(np.abs(decoded - image)))
-    return total / len(images)
+        decoded[index] = np.asarray(Image.open(buffer))
+    return decoded
+
+
+def reencoding_change(images: np.ndarray, quality: int, subsampling: str) -> float:
+    """Mean absolute pixel change of uint8 images when saved as JPEG and decoded."""
+    decoded = jpeg_round_trip(images, quality, subsampling)
+    return float(np.mean(np.abs(decoded.astype(np.float64) - images)))
 
 
 def trace(images: np.ndarray) -> Trace:

@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 
+from benchmarks import jpeg_trace
 from components.cifar10_example_gen.sources import EvalCarver, load_arrays
 from components.contract import NUM_CLASSES
 from components.trainer import export, flops, model, train
@@ -69,11 +70,19 @@ def main() -> None:
     parser.add_argument("--model", default="airbench", choices=sorted(model.RECIPES))
     parser.add_argument("--set", action="append", default=[], help="recipe field=value")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--jpeg-quality",
+        type=int,
+        help="first save every image as JPEG at this quality (4:2:0 chroma) and decode it: "
+        "what further JPEG artefacts cost (benchmarks/jpeg_trace.py)",
+    )
     args = parser.parse_args()
 
     recipe = model.RECIPES[args.model]
     recipe = dataclasses.replace(recipe, **dict(_parse_override(recipe, o) for o in args.set))
     images, labels = load_arrays(args.data)["train"]
+    if args.jpeg_quality:
+        images = jpeg_trace.jpeg_round_trip(images, args.jpeg_quality, "4:2:0")
     held_out = validation_mask(labels)
     split = {
         "train": (tf.constant(images[~held_out]), tf.constant(labels[~held_out])),
@@ -101,6 +110,7 @@ def main() -> None:
                 "model": args.model,
                 "recipe": dataclasses.asdict(recipe),
                 "seed": args.seed,
+                "jpeg_quality": args.jpeg_quality,
                 "train_images": int(np.sum(~held_out)),
                 "validation_images": int(np.sum(held_out)),
                 "validation_accuracy": accuracy(module, images[held_out], labels[held_out]),

@@ -2,7 +2,6 @@
 quality-75 JPEG files: it must find the quality and subsampling images were saved with, and
 find none in images that never went through JPEG."""
 
-import io
 import json
 import sys
 
@@ -27,20 +26,9 @@ def smooth_images(count: int = 20, seed: int = 0) -> np.ndarray:
     )
 
 
-def jpeg_round_trip(images: np.ndarray, quality: int, subsampling: str) -> np.ndarray:
-    out = []
-    for image in images:
-        buffer = io.BytesIO()
-        Image.fromarray(image).save(
-            buffer, "JPEG", quality=quality, subsampling=jpeg_trace.SUBSAMPLING[subsampling]
-        )
-        out.append(np.asarray(Image.open(buffer)))
-    return np.stack(out)
-
-
 @pytest.mark.parametrize("quality, subsampling", [(60, "4:2:0"), (75, "4:2:0"), (85, "4:4:4")])
 def test_finds_the_quality_and_subsampling_images_were_saved_with(quality, subsampling):
-    found = jpeg_trace.trace(jpeg_round_trip(smooth_images(), quality, subsampling))
+    found = jpeg_trace.trace(jpeg_trace.jpeg_round_trip(smooth_images(), quality, subsampling))
     assert (found.jpeg, found.quality, found.subsampling) == (True, quality, subsampling)
     assert found.change_at_quality < min(found.change_at_neighbours)
 
@@ -53,7 +41,7 @@ def test_lossless_images_show_no_trace():
 
 def test_command_reads_a_release_archive(tmp_path, monkeypatch, capsys):
     labels = balanced_labels(2)
-    images = jpeg_round_trip(smooth_images(len(labels)), 75, "4:2:0")
+    images = jpeg_trace.jpeg_round_trip(smooth_images(len(labels)), 75, "4:2:0")
     planar = images.transpose(0, 3, 1, 2).reshape(len(labels), -1)
     batch = np.concatenate([labels.astype(np.uint8)[:, None], planar], axis=1).tobytes()
     archive = write_tar(
