@@ -36,8 +36,8 @@ def _add_training_args(parser: argparse.ArgumentParser) -> None:
         choices=MODELS,
         default=_default(TrainingConfig, "model"),
         help="airbench: the fast default (widths 32/64/128, 5 epochs); airbench94: the "
-        "wider preset for more time or a TPU (64/256/256, 10 epochs); seed_cnn: the classic "
-        "Colab TPU recipe (default: %(default)s)",
+        "wider preset for more time or a TPU (64/256/256, 10 epochs, batch 1,024); seed_cnn: "
+        "the classic Colab TPU recipe (default: %(default)s)",
     )
     group.add_argument(
         "--strategy",
