@@ -10,7 +10,8 @@ import pytest
 from PIL import Image
 
 from benchmarks import jpeg_trace
-from tests.cifar_fixtures import balanced_labels, write_tar
+
+import cifar_fixtures as fx
 
 
 def smooth_images(count: int = 20, seed: int = 0) -> np.ndarray:
@@ -40,11 +41,11 @@ def test_lossless_images_show_no_trace():
 
 
 def test_command_reads_a_release_archive(tmp_path, monkeypatch, capsys):
-    labels = balanced_labels(2)
+    labels = fx.balanced_labels(2)
     images = jpeg_trace.jpeg_round_trip(smooth_images(len(labels)), 75, "4:2:0")
     planar = images.transpose(0, 3, 1, 2).reshape(len(labels), -1)
     batch = np.concatenate([labels.astype(np.uint8)[:, None], planar], axis=1).tobytes()
-    archive = write_tar(
+    archive = fx.write_tar(
         tmp_path / "cifar-10-binary.tar.gz", {"cifar-10-batches-bin/data_batch_1.bin": batch}
     )
     monkeypatch.setattr(sys, "argv", ["jpeg_trace", "--data", str(archive), "--images", "16"])
