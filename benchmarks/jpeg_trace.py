@@ -20,13 +20,13 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from PIL import Image
 
-from components.cifar10_example_gen.sources import load_arrays
+from components.cifar10_example_gen.sources import SourceError, load_arrays
 
 SUBSAMPLING = {"4:4:4": 0, "4:2:0": 2}  # Pillow's codes
 QUALITIES = range(30, 100)
 # The dip is measured against qualities NEIGHBOUR_STEP away: on smooth images the next
 # quality up or down often quantises to the same values. It counts as a trace below
-# DIP_RATIO; the shared copy's is 0.08, lossless images vary smoothly with quality (about 1).
+# DIP_RATIO; the shared copy's is 0.1, lossless images vary smoothly with quality (about 1).
 NEIGHBOUR_STEP = 2
 DIP_RATIO = 0.5
 
@@ -64,37 +64,42 @@ def trace(images: np.ndarray) -> Trace:
     """The sharpest dip of the re-encoding change over quality and subsampling; of equal
     dips, the one whose re-encoding changes the pixels least (the subsampling they had)."""
     step = NEIGHBOUR_STEP
-    best: Trace | None = None
+    candidates = []  # (dip ratio, change, quality, subsampling, neighbours' changes)
     for subsampling in SUBSAMPLING:
         change = {q: reencoding_change(images, q, subsampling) for q in QUALITIES}
         for quality in QUALITIES[step:-step]:
             neighbours = (change[quality - step], change[quality + step])
             ratio = change[quality] / max(min(neighbours), 1e-9)
-            if best is None or (ratio, change[quality]) < (
-                best.dip_ratio,
-                best.change_at_quality,
-            ):
-                best = Trace(
-                    images=len(images),
-                    jpeg=ratio < DIP_RATIO,
-                    quality=quality,
-                    subsampling=subsampling,
-                    change_at_quality=round(change[quality], 3),
-                    change_at_neighbours=(round(neighbours[0], 3), round(neighbours[1], 3)),
-                    dip_ratio=round(ratio, 3),
-                )
-    assert best is not None
-    return best
+            candidates.append((ratio, change[quality], quality, subsampling, neighbours))
+    ratio, at_quality, quality, subsampling, neighbours = min(candidates)
+    return Trace(
+        images=len(images),
+        jpeg=ratio < DIP_RATIO,
+        quality=quality,
+        subsampling=subsampling,
+        change_at_quality=round(at_quality, 3),
+        change_at_neighbours=(round(neighbours[0], 3), round(neighbours[1], 3)),
+        dip_ratio=round(ratio, 3),
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="the CIFAR-10 release (archive or folder)")
     parser.add_argument(
-        "--images", type=int, default=200, help="how many training images, evenly spaced"
+        "--images",
+        type=int,
+        default=200,
+        metavar="N",
+        help="how many training images, evenly spaced (default: %(default)s)",
     )
     args = parser.parse_args()
-    images, _ = load_arrays(args.data)["train"]
+    if args.images < 1:
+        parser.error(f"--images must be at least 1, got {args.images}")
+    try:
+        images, _ = load_arrays(args.data)["train"]
+    except SourceError as err:
+        raise SystemExit(f"error: {err}") from None
     sample = images[np.linspace(0, len(images) - 1, min(args.images, len(images))).astype(int)]
     print(json.dumps(asdict(trace(sample))))
 

@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from benchmarks import jpeg_trace
-from components.cifar10_example_gen.sources import EvalCarver, load_arrays
+from components.cifar10_example_gen.sources import EvalCarver, SourceError, load_arrays
 from components.contract import NUM_CLASSES
 from components.trainer import export, flops, model, train
 from components.trainer.config import TrainingConfig
@@ -73,15 +73,21 @@ def main() -> None:
     parser.add_argument(
         "--jpeg-quality",
         type=int,
+        metavar="1..100",
         help="first save every image as JPEG at this quality (4:2:0 chroma) and decode it: "
         "what further JPEG artefacts cost (benchmarks/jpeg_trace.py)",
     )
     args = parser.parse_args()
+    if args.jpeg_quality is not None and not 1 <= args.jpeg_quality <= 100:
+        parser.error(f"--jpeg-quality must be 1..100, got {args.jpeg_quality}")
 
     recipe = model.RECIPES[args.model]
     recipe = dataclasses.replace(recipe, **dict(_parse_override(recipe, o) for o in args.set))
-    images, labels = load_arrays(args.data)["train"]
-    if args.jpeg_quality:
+    try:
+        images, labels = load_arrays(args.data)["train"]
+    except SourceError as err:
+        raise SystemExit(f"error: {err}") from None
+    if args.jpeg_quality is not None:
         images = jpeg_trace.jpeg_round_trip(images, args.jpeg_quality, "4:2:0")
     held_out = validation_mask(labels)
     split = {

@@ -33,11 +33,14 @@ def balanced_labels(per_class: int, seed: int = 0) -> np.ndarray:
     return labels
 
 
-def binary_batch(labels: np.ndarray, seed: int = 0) -> bytes:
+def binary_records(images: np.ndarray, labels: np.ndarray) -> bytes:
     """Official binary layout: label byte, then red, green, blue planes."""
-    images = make_images(labels, seed)
     planar = images.transpose(0, 3, 1, 2).reshape(len(labels), -1)
     return np.concatenate([labels.astype(np.uint8)[:, None], planar], axis=1).tobytes()
+
+
+def binary_batch(labels: np.ndarray, seed: int = 0) -> bytes:
+    return binary_records(make_images(labels, seed), labels)
 
 
 def python_batch(labels: np.ndarray, seed: int = 0) -> bytes:

@@ -43,10 +43,9 @@ def test_lossless_images_show_no_trace():
 def test_command_reads_a_release_archive(tmp_path, monkeypatch, capsys):
     labels = fx.balanced_labels(2)
     images = jpeg_trace.jpeg_round_trip(smooth_images(len(labels)), 75, "4:2:0")
-    planar = images.transpose(0, 3, 1, 2).reshape(len(labels), -1)
-    batch = np.concatenate([labels.astype(np.uint8)[:, None], planar], axis=1).tobytes()
     archive = fx.write_tar(
-        tmp_path / "cifar-10-binary.tar.gz", {"cifar-10-batches-bin/data_batch_1.bin": batch}
+        tmp_path / "cifar-10-binary.tar.gz",
+        {"cifar-10-batches-bin/data_batch_1.bin": fx.binary_records(images, labels)},
     )
     monkeypatch.setattr(sys, "argv", ["jpeg_trace", "--data", str(archive), "--images", "16"])
     jpeg_trace.main()
