@@ -16,11 +16,14 @@ import components  # noqa: F401
 
 import cifar_fixtures as fx
 
-FAST_TRAINING = ["--epochs", "3", "--per-replica-batch-size", "64"]
+# float32 pinned: `--precision auto` picks bf16 on CPUs that compute it natively, and the
+# gates below are set for how float32 trains on tiny data. bf16 has its own runs
+# (test_precision_paths.py).
+FAST_TRAINING = ["--epochs", "3", "--per-replica-batch-size", "64", "--precision", "float32"]
 # Session fixtures that run the pipeline or train: `make test` runs two pytest-xdist workers
 # with --dist loadgroup, and every test using one of these goes to the same worker, so each
 # is built once.
-SHARED_RUN_FIXTURES = ("first_run", "scenario", "trained")
+SHARED_RUN_FIXTURES = ("first_run", "scenario", "trained", "bf16_run")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pipeline.summary import RunSummary
@@ -37,7 +38,11 @@ def test_run_blesses_and_pushes_with_a_full_summary(first_run):
     assert set(STAGES) <= set(summary["stage_seconds"])
     assert summary["strategy"] == "default" and summary["replicas"] == 1
     assert summary["global_batch_size"] == 64 and summary["epochs"] == 3
-    assert 0.5 <= summary["eval_accuracy"] <= 1.0
+    assert summary["eval_accuracy"] >= 0.5  # the gate it was blessed at
+    confusion = np.array(summary["confusion_matrix"])
+    assert summary["eval_accuracy"] == pytest.approx(
+        np.trace(confusion) / confusion.sum(), abs=1e-3
+    )
     assert len(summary["per_class_accuracy"]) == 10
     assert summary["blessed"] is True
     pushed = Path(summary["pushed_version_dir"])
@@ -46,7 +51,8 @@ def test_run_blesses_and_pushes_with_a_full_summary(first_run):
     # the console has the per-component lines; TensorFlow's own INFO lines go to the log file
     assert "INFO:tensorflow" not in done.stderr
     typed = RunSummary.load(out)  # strict: every field the run wrote is known and present
-    assert typed.training.training_flops > 0 and typed.training.precision == "float32"
+    assert typed.training.training_flops > 0
+    assert typed.training.precision == "float32"  # pinned by FAST_TRAINING
     assert sum(typed.evaluation.per_class_eval_records.values()) == 120
     assert sum(map(sum, typed.evaluation.confusion_matrix)) == 120
 
@@ -91,15 +97,25 @@ def scenario(tiny_archive, tmp_path_factory):
     holds whatever the others did before it: the cache keeps every earlier execution, and
     a served version exists from this first run on."""
     out = tmp_path_factory.mktemp("scenario")
-    done = cli("run", "--data", tiny_archive, "--output-dir", out, "--accuracy-gate", "0.5", *FAST)
+    done = cli("run", *scenario_args(tiny_archive, out))
     assert done.returncode == 0, done.stderr[-4000:]
     return out
+
+
+def scenario_args(archive, out) -> list:
+    """The scenario's run. Any regression against the served model is allowed, so whether
+    a rerun is blessed depends only on the absolute gate, not on which of the tests below
+    pushed the model being served."""
+    return [
+        "--data", archive, "--output-dir", out, "--accuracy-gate", "0.5",
+        "--max-regression", "1", *FAST,
+    ]  # fmt: skip
 
 
 def test_rerun_is_a_cache_hit_that_trains_and_pushes_nothing(scenario, tiny_archive):
     out = scenario
     before = versions(out)
-    done = cli("run", "--data", tiny_archive, "--output-dir", out, "--accuracy-gate", "0.5", *FAST)
+    done = cli("run", *scenario_args(tiny_archive, out))
     assert done.returncode == 0, done.stderr[-4000:]
     summary = json.loads((out / "run_summary.json").read_text())
     for stage in ("Cifar10ExampleGen", "StatisticsGen", "Trainer"):
@@ -112,12 +128,12 @@ def test_rerun_is_a_cache_hit_that_trains_and_pushes_nothing(scenario, tiny_arch
     "change, reran, reused",
     [
         (
-            ["--accuracy-gate", "0.4"],
+            ["--accuracy-gate", "0"],
             {"Evaluator"},
             {"Cifar10ExampleGen", "StatisticsGen", "Trainer"},
         ),
         (
-            ["--epochs", "2"],
+            ["--epochs", "2", "--accuracy-gate", "0"],
             {"Trainer", "Evaluator"},
             {"Cifar10ExampleGen", "StatisticsGen", "ExampleValidator"},
         ),
@@ -127,9 +143,10 @@ def test_config_change_invalidates_only_what_depends_on_it(
     scenario, tiny_archive, change, reran, reused
 ):
     out = scenario
-    args = ["--data", tiny_archive, "--output-dir", out, "--accuracy-gate", "0.5", *FAST]
-    done = cli("run", *args, *change)
-    assert done.returncode in (0, 4), done.stderr[-3000:]
+    # A gate of 0 and no regression limit: the model is blessed whatever it scores, so
+    # the exit status is 0 and the test can see a cache bug that also breaks the run.
+    done = cli("run", *scenario_args(tiny_archive, out), *change)
+    assert done.returncode == 0, done.stderr[-3000:]
     states = json.loads((out / "run_summary.json").read_text())["stage_states"]
     assert {s for s in reran if states[s] == "complete"} == reran, states
     assert {s for s in reused if states[s] == "cached"} == reused, states
@@ -153,6 +170,8 @@ def test_undertrained_model_is_not_blessed_and_nothing_is_pushed(scenario, tiny_
         "1e-7",
         "--per-replica-batch-size",
         "64",
+        "--precision",
+        "float32",
     )
     assert done.returncode == 4, done.stderr[-4000:]
     summary = json.loads((out / "run_summary.json").read_text())

@@ -103,7 +103,13 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("trainer")
     _write_split(root / "train.gz", fx.balanced_labels(40, seed=1), seed=1)
     eval_images, eval_labels = _write_split(root / "eval.gz", fx.balanced_labels(4, seed=2), 2)
-    config = {"strategy": "mirrored", "cpu_replicas": 8, "per_replica_batch_size": 16, "epochs": 3}
+    config = {
+        "strategy": "mirrored",
+        "cpu_replicas": 8,
+        "per_replica_batch_size": 16,
+        "epochs": 3,
+        "precision": "float32",  # the loss-must-fall check is set for float32
+    }
     _run(TRAIN_IN_FRESH_PROCESS, root, json.dumps({"training": config}))
     return root, eval_images, eval_labels
 
