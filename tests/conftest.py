@@ -5,6 +5,7 @@ import os
 
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -68,3 +69,22 @@ def first_run(tiny_archive, tmp_path_factory):
     )
     assert done.returncode == 0, done.stderr[-4000:]
     return out, json.loads((out / "run_summary.json").read_text()), done
+
+
+@contextlib.contextmanager
+def compiling_away_from_home(tmp_path_factory, name: str):
+    """HOME and the working directory moved to fresh folders named after `name` while a
+    pipeline compiles, so a test can tell whether either leaked into the compiled file:
+    checking for `Path.home()` itself proves nothing where HOME is "/" (many containers)."""
+    home, cwd = compiler_places(tmp_path_factory, name)
+    home.mkdir()
+    cwd.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(home))
+        patch.chdir(cwd)
+        yield
+
+
+def compiler_places(tmp_path_factory, name: str) -> tuple[Path, Path]:
+    base = tmp_path_factory.getbasetemp()
+    return base / f"{name}-compiler-home", base / f"{name}-compiler-cwd"

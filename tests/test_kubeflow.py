@@ -17,6 +17,8 @@ from pipeline.config import CONTAINER_SCHEMA_PATH, TrainingConfig
 from pipeline.local_runner import local_config
 from pipeline.topology import create_pipeline
 
+from conftest import compiler_places, compiling_away_from_home
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 IMAGE = "registry.example.com/ml/cifar10-pipeline:v1"
@@ -44,7 +46,8 @@ COMPILE_ARGS = [
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
     path = tmp_path_factory.mktemp("kubeflow") / "cifar10.yaml"
-    assert cli.main(COMPILE_ARGS + ["--output", str(path)]) == 0
+    with compiling_away_from_home(tmp_path_factory, "kubeflow"):
+        assert cli.main(COMPILE_ARGS + ["--output", str(path)]) == 0
     return path, yaml.safe_load(path.read_text())
 
 
@@ -120,11 +123,12 @@ def test_trainer_is_the_standard_trainer_with_pod_requests(compiled):
     assert others == ["Trainer_executor"]
 
 
-def test_no_local_paths_in_the_compiled_file(compiled):
+def test_no_local_paths_in_the_compiled_file(compiled, tmp_path_factory):
     path, _ = compiled
     text = path.read_text()
-    for local in {str(REPO_ROOT), str(Path.home()), "/tmp/"}:
-        assert local not in text
+    home, cwd = compiler_places(tmp_path_factory, "kubeflow")
+    for local in (REPO_ROOT, home, cwd, tmp_path_factory.getbasetemp()):
+        assert str(local) not in text, f"local path {local} leaked into the compiled pipeline"
     assert CONTAINER_SCHEMA_PATH in text
 
 

@@ -2,7 +2,6 @@
 real submission code path against a local HTTP server standing in for the Vertex API."""
 
 import json
-import os
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -14,6 +13,8 @@ from pipeline import cli, vertex_runner
 from pipeline.config import CONTAINER_SCHEMA_PATH, TrainingConfig
 from pipeline.local_runner import local_config
 from pipeline.topology import create_pipeline
+
+from conftest import compiler_places, compiling_away_from_home
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,7 +46,8 @@ COMPILE_ARGS = [
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
     path = tmp_path_factory.mktemp("vertex") / "pipeline.json"
-    assert cli.main(COMPILE_ARGS + ["--output", str(path)]) == 0
+    with compiling_away_from_home(tmp_path_factory, "vertex"):
+        assert cli.main(COMPILE_ARGS + ["--output", str(path)]) == 0
     return path, json.loads(path.read_text())
 
 
@@ -196,7 +198,7 @@ def test_bad_cloud_flags_are_one_line_at_compile_time(flags, message, tmp_path, 
     assert not output.exists()
 
 
-def test_image_root_and_no_local_paths(compiled):
+def test_image_root_and_no_local_paths(compiled, tmp_path_factory):
     path, job = compiled
     text = path.read_text()
     assert job["runtimeConfig"]["gcsOutputDirectory"] == ROOT
@@ -206,8 +208,9 @@ def test_image_root_and_no_local_paths(compiled):
         if "container" in e
     }
     assert images == {IMAGE}
-    for local in {str(REPO_ROOT), os.getcwd(), "/tmp/", str(Path.home())}:
-        assert local not in text, f"local path {local} leaked into the compiled pipeline"
+    home, cwd = compiler_places(tmp_path_factory, "vertex")
+    for local in (REPO_ROOT, home, cwd, tmp_path_factory.getbasetemp()):
+        assert str(local) not in text, f"local path {local} leaked into the compiled pipeline"
     assert CONTAINER_SCHEMA_PATH in text
 
 
