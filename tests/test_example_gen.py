@@ -26,18 +26,29 @@ def _exec_properties(source, fraction=0.1):
     }
 
 
-def _labels_of(example: tf.train.Example) -> int:
-    return example.features.feature["label"].int64_list.value[0]
+def _label_and_image(example: tf.train.Example) -> tuple[int, bytes]:
+    feature = example.features.feature
+    return feature["label"].int64_list.value[0], feature["image_raw"].bytes_list.value[0]
 
 
 def test_beam_source_emits_each_split(tmp_path):
+    """Written out from the fixture, not from the source's own splitting code: at an eval
+    fraction of 1/10 and 10 images per class in each batch file, the tenth image of every
+    class in every batch is an eval image, the other nine are training images."""
     archive = fx.binary_archive(tmp_path / "c.tar.gz", batches=2, per_class=10)
-    props = _exec_properties(archive)
-    expected = sources.load_arrays(str(archive))
+    expected = {"train": [], "eval": []}
+    for batch in (1, 2):  # binary_archive's batch files and seeds
+        labels = fx.balanced_labels(10, seed=batch)
+        seen = [0] * 10
+        for label, image in zip(labels, fx.make_images(labels, seed=batch)):
+            seen[label] += 1
+            expected["eval" if seen[label] == 10 else "train"].append((label, image.tobytes()))
+    assert (len(expected["train"]), len(expected["eval"])) == (180, 20)
+    props = _exec_properties(archive, fraction=0.1)
     for split in ("train", "eval"):
         with beam.Pipeline() as pipeline:
-            labels = pipeline | ReadCifar10Split(props, split) | beam.Map(_labels_of)
-            assert_that(labels, equal_to(expected[split][1].tolist()))
+            records = pipeline | ReadCifar10Split(props, split) | beam.Map(_label_and_image)
+            assert_that(records, equal_to(expected[split]))
 
 
 def _read_split(artifact, split):

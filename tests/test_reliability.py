@@ -132,6 +132,8 @@ def test_killed_during_training_resumes_from_the_last_checkpoint(tiny_archive, t
         "8",
         "--per-replica-batch-size",
         "32",
+        "--precision",
+        "float32",
     ]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     process = subprocess.Popen(
@@ -140,25 +142,39 @@ def test_killed_during_training_resumes_from_the_last_checkpoint(tiny_archive, t
         stderr=subprocess.DEVNULL,
         env=env,
     )
-    deadline = time.time() + 600
     checkpoints = tmp_path / "artifacts" / "Trainer" / "checkpoints"
-    epochs_done = 0
-    while time.time() < deadline and process.poll() is None:
-        for history in checkpoints.glob("*/history.json"):
-            with contextlib.suppress(ValueError):  # a history being written right now
-                epochs_done = len(json.loads(history.read_text()))
-        if epochs_done >= 3:
-            process.send_signal(signal.SIGKILL)
-            break
-        time.sleep(0.2)
-    process.wait(timeout=60)
-    assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    try:
+        epochs_done = kill_after_epochs(process, checkpoints, epochs=3, within_seconds=600)
+    finally:  # never leave the pipeline running, whatever happened above
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+    assert epochs_done >= 3, f"the run stopped or stalled after {epochs_done} epochs, unkilled"
+    assert process.returncode == -signal.SIGKILL
     done = cli(*args)
     assert done.returncode == 0, done.stderr[-3000:]
     facts = summary(tmp_path)
     assert facts["resumed_from_epoch"] >= 3
     assert [e["epoch"] for e in facts["history"]] == list(range(1, 9))
     assert_every_version_loads(tmp_path)
+
+
+def kill_after_epochs(
+    process: subprocess.Popen, checkpoints: Path, epochs: int, within_seconds: float
+) -> int:
+    """SIGKILLs `process` once its checkpoint history holds `epochs` epochs; returns the
+    epochs seen, fewer when the process ended or the time ran out first."""
+    deadline = time.monotonic() + within_seconds
+    epochs_done = 0
+    while time.monotonic() < deadline and process.poll() is None:
+        for history in checkpoints.glob("*/history.json"):
+            with contextlib.suppress(ValueError):  # a history being written right now
+                epochs_done = len(json.loads(history.read_text()))
+        if epochs_done >= epochs:
+            process.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.2)
+    return epochs_done
 
 
 def test_second_concurrent_run_is_refused(tiny_archive, tmp_path):

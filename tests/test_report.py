@@ -1,6 +1,7 @@
 """report.html from the end-to-end run: every section with that run's numbers, and a clean
 render in headless Chromium (the screenshot stays in the test's temporary folder)."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -56,6 +57,9 @@ def test_report_command_regenerates_it(first_run, tmp_path):
 def test_report_renders_in_headless_chromium(first_run, tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
+        # CI must not lose the check silently: .ci/run installs Chromium.
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but chromium is not installed; .ci/run should have installed it")
         pytest.skip("chromium is not installed (.ci/run installs it)")
     out, _, _ = first_run
     screenshot = tmp_path / "report.png"
