@@ -14,6 +14,7 @@ from components.trainer.config import MODELS, PRECISIONS, STRATEGIES, TrainingCo
 from pipeline import exit_status
 from pipeline.config import PipelineConfig
 from pipeline.tpu import ACCEPTED_NAMES as TPU_NAMES
+from pipeline.vertex_runner import WAIT_RETRY_SECONDS
 
 # Relative to where the command runs (the checkout, for `make run`), never inside an install.
 DEFAULT_OUTPUT_DIR = Path("outputs")
@@ -121,11 +122,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Only light modules until the data is checked: TFX, Beam and TensorFlow take about a
     # minute to import here, and a mistyped --data must not wait for them.
     from components.cifar10_example_gen.sources import SourceError, count_records, fingerprint
+    from components.trainer.hardware import PrecisionError
     from components.validation_gate.checks import DataValidationError
     from pipeline import data_source, local_runner, report_text
 
     known = (
         (SourceError, EXIT_BAD_INPUT),
+        (PrecisionError, EXIT_BAD_INPUT),
         (local_runner.OutputDirError, EXIT_BAD_INPUT),
         (DataValidationError, EXIT_DATA_INVALID),
     )
@@ -320,22 +323,23 @@ def cmd_submit(args: argparse.Namespace) -> int:
             return EXIT_OK
         job = vertex_runner.submit(submission, args.api_endpoint)
         print(
-            f"Submitted {job.resource_name}\nhttps://console.cloud.google.com/vertex-ai/"
-            f"locations/{submission.region}/pipelines/runs/{job.name}"
-            f"?project={submission.project}",
+            f"Submitted {job.resource_name}\n{vertex_runner.console_url(job.resource_name)}",
             flush=True,
         )
         if not args.wait:
             return EXIT_OK
         state = vertex_runner.wait(
             job,
-            vertex_runner.api_endpoint_of(submission.region, args.api_endpoint),
             lambda line: print(line, file=sys.stderr, flush=True),
             args.poll_seconds,
+            args.wait_retry_seconds,
         )
     except (vertex_runner.SubmitError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except vertex_runner.LostContact as err:
+        print(f"error: {err}", file=sys.stderr)
+        return exit_status.LOST_CONTACT
     print(f"PipelineJob {submission.display_name} ended: {state}")
     return EXIT_OK if state == "PIPELINE_STATE_SUCCEEDED" else EXIT_ERROR
 
@@ -567,6 +571,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--wait", action="store_true", help="wait for the run to end, printing each step's state"
     )
     vertex.add_argument("--poll-seconds", type=float, default=30.0, help=argparse.SUPPRESS)
+    vertex.add_argument(
+        "--wait-retry-seconds",
+        type=float,
+        default=WAIT_RETRY_SECONDS,
+        help="with --wait: how long to keep polling through network or server errors before "
+        "giving up with exit status 5; the job runs on (default: %(default)s)",
+    )
     kubeflow = submit_parser.add_argument_group("kubeflow")
     kubeflow.add_argument("--host", default="", help="KFP API URL, e.g. http://localhost:8080")
     kubeflow.add_argument(

@@ -6,3 +6,4 @@ ERROR = 1  # unexpected failure (the log file has the traceback)
 BAD_INPUT = 2  # bad data source, bad arguments, locked output dir, unreadable image
 DATA_INVALID = 3  # data validation found anomalies; nothing was trained
 NOT_BLESSED = 4  # the model failed the accuracy gate; nothing was pushed
+LOST_CONTACT = 5  # submitted, but `submit --wait` lost contact; the job may still run

@@ -2,7 +2,13 @@
 
 import pytest
 
-from components.trainer.hardware import Hardware, decide_precision, read_cpu_facts
+from components.trainer.hardware import (
+    Hardware,
+    PrecisionError,
+    cpu_bf16_blocked,
+    decide_precision,
+    read_cpu_facts,
+)
 
 ZEN3 = Hardware("cpu", "AMD EPYC 7B13", ("avx2", "fma"))
 ZEN4 = Hardware("cpu", "AMD EPYC 9B14", ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16"))
@@ -68,3 +74,29 @@ def test_summary_facts_are_plain_json():
         "gpu_name": "T4",
         "gpu_compute_capability": "7.5",
     }
+
+
+@pytest.mark.parametrize("cap", ["AVX2", "avx2", "AVX", "SSE41", "AVX2_VNNI"])
+def test_bf16_on_an_avx512_cpu_capped_below_avx512_core_is_refused(cap):
+    """The AVX2 stand-in on a bf16 machine: TensorFlow still routes bf16 to oneDNN, which
+    then has no bf16 kernel, so training would abort in its first convolution."""
+    for cpu in (ZEN4, SAPPHIRE_RAPIDS):
+        capped = Hardware("cpu", cpu.cpu_model, cpu.cpu_flags, onednn_max_isa=cap)
+        with pytest.raises(PrecisionError, match=f"ONEDNN_MAX_CPU_ISA={cap}.*--precision float32"):
+            decide_precision("mixed_bfloat16", capped)
+        assert decide_precision("auto", capped).policy == "float32"
+        assert decide_precision("float32", capped).policy == "float32"
+
+
+@pytest.mark.parametrize(
+    "hardware",
+    [
+        ZEN3,  # no AVX512F: TensorFlow's own (emulated) bf16 kernels
+        Hardware("cpu", "AMD EPYC 9B14", ZEN4.cpu_flags, onednn_max_isa="AVX512_CORE"),
+        Hardware("tpu", onednn_max_isa="AVX2"),  # the cap is about the host CPU only
+        SAPPHIRE_RAPIDS,
+    ],
+)
+def test_bf16_is_allowed_wherever_it_runs_even_emulated(hardware):
+    assert cpu_bf16_blocked(hardware) == ""
+    assert decide_precision("mixed_bfloat16", hardware).policy == "mixed_bfloat16"

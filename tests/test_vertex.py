@@ -3,7 +3,8 @@ real submission code path against a local HTTP server standing in for the Vertex
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -292,14 +293,17 @@ def test_submit_dry_run_refuses_a_file_that_is_not_a_pipeline(tmp_path, capsys):
 
 class _FakeVertex(BaseHTTPRequestHandler):
     """Vertex's REST API (create, then get: running, then succeeded) and the Cloud Storage
-    bucket lookup PipelineJob.submit makes for the pipeline root."""
+    bucket lookup PipelineJob.submit makes for the pipeline root. `faults` are taken one
+    per job GET before it is answered: an HTTP status to reply with instead, or "hang"
+    (answer only after the client's request timeout)."""
 
     requests: list = []
     polls = 0
+    faults: list = []
 
-    def _reply(self, body):
+    def _reply(self, body, status=200):
         reply = json.dumps(body).encode()
-        self.send_response(200)
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(reply)))
         self.end_headers()
@@ -314,6 +318,14 @@ class _FakeVertex(BaseHTTPRequestHandler):
         if self.path.startswith("/storage/v1/b/"):
             self._reply({"name": "bucket-x"})
             return
+        if _FakeVertex.faults:
+            fault = _FakeVertex.faults.pop(0)
+            if fault == "hang":
+                time.sleep(HANG_SECONDS)
+            else:
+                status = {"code": fault, "message": f"injected {fault}", "status": "INJECTED"}
+                self._reply({"error": status}, status=fault)
+                return
         _FakeVertex.polls += 1
         done = _FakeVertex.polls > 2
         task_state = "SUCCEEDED" if done else "RUNNING"
@@ -330,15 +342,22 @@ class _FakeVertex(BaseHTTPRequestHandler):
 
 
 JOB_NAME = "projects/proj-x/locations/us-central1/pipelineJobs/j1"
+CONSOLE_URL = (
+    "https://console.cloud.google.com/vertex-ai/locations/us-central1/pipelines/runs/j1"
+    "?project=proj-x"
+)
+HANG_SECONDS = 1.0
 
 
 @pytest.fixture
 def fake_vertex(monkeypatch):
     from google.auth.credentials import AnonymousCredentials
 
-    server = HTTPServer(("127.0.0.1", 0), _FakeVertex)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeVertex)  # a hung reply blocks no other
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    _FakeVertex.requests, _FakeVertex.polls = [], 0
+    _FakeVertex.requests, _FakeVertex.polls, _FakeVertex.faults = [], 0, []
+    monkeypatch.setattr(vertex_runner, "POLL_REQUEST_TIMEOUT_SECONDS", HANG_SECONDS / 4)
+    monkeypatch.setattr(vertex_runner, "FIRST_BACKOFF_SECONDS", 0.05)
     url = f"http://127.0.0.1:{server.server_port}"
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)  # the bucket check, on the stand-in
     monkeypatch.setattr("google.auth.default", lambda *a, **k: (AnonymousCredentials(), "proj-x"))
@@ -385,6 +404,50 @@ def test_submit_sends_a_pipeline_job_through_aiplatform_and_waits(
     out, err = capsys.readouterr()
     assert f"Submitted {JOB_NAME}" in out and "ended: PIPELINE_STATE_SUCCEEDED" in out
     assert "Trainer: RUNNING" in err and "Trainer: SUCCEEDED" in err
+
+
+def _submit_and_wait(path, endpoint, *flags):
+    return cli.main(
+        ["submit", str(path), "--project", "proj-x", "--wait", "--poll-seconds", "0",
+         "--api-endpoint", endpoint, *flags]
+    )  # fmt: skip
+
+
+def test_wait_polls_on_through_server_errors_and_timeouts(compiled_for_v5e, fake_vertex, capsys):
+    path, _ = compiled_for_v5e
+    _FakeVertex.faults = [503, "hang", 500, 429]
+    assert _submit_and_wait(path, fake_vertex, "--wait-retry-seconds", "60") == 0
+    out, err = capsys.readouterr()
+    assert "ended: PIPELINE_STATE_SUCCEEDED" in out
+    retried = [line for line in err.splitlines() if "lost contact" in line]
+    assert [line.split("(")[1].split(":")[0] for line in retried] == [
+        "ServiceUnavailable",
+        "ReadTimeout",
+        "InternalServerError",
+        "TooManyRequests",
+    ]
+    assert all(line.endswith("; retrying") for line in retried)
+    assert "Trainer: SUCCEEDED" in err and _FakeVertex.faults == []
+
+
+@pytest.mark.parametrize(
+    "faults, cause",
+    [
+        ([503] * 1000, "ServiceUnavailable: 503"),  # past --wait-retry-seconds
+        ([403], "Forbidden: 403"),  # not worth retrying
+    ],
+)
+def test_lost_contact_is_its_own_exit_status_with_the_console_link(
+    compiled_for_v5e, fake_vertex, capsys, faults, cause
+):
+    path, _ = compiled_for_v5e
+    _FakeVertex.faults = faults
+    assert _submit_and_wait(path, fake_vertex, "--wait-retry-seconds", "1") == 5
+    out, err = capsys.readouterr()
+    [last] = err.strip().splitlines()[-1:]
+    assert last.startswith(f"error: lost contact with Vertex AI while waiting for {JOB_NAME} (")
+    assert cause in last and last.endswith(f"the job may still be running: {CONSOLE_URL}")
+    assert "refused" not in err and f"Submitted {JOB_NAME}\n{CONSOLE_URL}" in out
 
 
 def test_submit_without_credentials_is_one_clear_line(compiled, tmp_path, monkeypatch, capsys):

@@ -39,6 +39,13 @@ _BF16_ISAS = {
     "AVX512_CORE_AMX_FP16",
     "AVX10_1_512_AMX_FP16",
 }
+# ONEDNN_MAX_CPU_ISA values below AVX512_CORE, where oneDNN has no bf16 convolution at all
+# (AVX2_VNNI_2 has one). TensorFlow 2.16 hands bf16 ops to oneDNN on any CPU with AVX512F,
+# so that cap on such a CPU makes bf16 training abort in its first convolution ("could not
+# create a primitive descriptor"); on a CPU without AVX512F (AMD Zen 3) TensorFlow keeps
+# bf16 in its own kernels, where it is emulated and slow but runs.
+_NO_BF16_ISAS = {"SSE41", "AVX", "AVX2", "AVX2_VNNI"}
+
 # First GPU generation with fast bf16 (Ampere) and with fast fp16 tensor cores (Volta).
 BF16_GPU_CAPABILITY = (8, 0)
 FP16_GPU_CAPABILITY = (7, 0)
@@ -69,6 +76,10 @@ class Hardware:
         return facts
 
 
+class PrecisionError(ValueError):
+    """The requested precision cannot run on this hardware; the message says why."""
+
+
 @dataclass(frozen=True)
 class PrecisionChoice:
     policy: str  # a Keras mixed-precision policy name
@@ -82,9 +93,25 @@ def cpu_has_native_bf16(hardware: Hardware) -> bool:
     return not hardware.onednn_max_isa or hardware.onednn_max_isa.upper() in _BF16_ISAS
 
 
+def cpu_bf16_blocked(hardware: Hardware) -> str:
+    """Why bf16 cannot train on this CPU at all, or "" where it can (natively or not)."""
+    isa = hardware.onednn_max_isa.upper()
+    if hardware.accelerator == "cpu" and "avx512f" in hardware.cpu_flags and isa in _NO_BF16_ISAS:
+        return (
+            f"mixed_bfloat16 cannot train on CPU {hardware.cpu_model or '?'} with "
+            f"ONEDNN_MAX_CPU_ISA={hardware.onednn_max_isa}: TensorFlow sends bf16 to oneDNN "
+            "on AVX-512 CPUs and oneDNN has no bf16 convolution below AVX512_CORE; "
+            "use --precision float32 or raise the cap"
+        )
+    return ""
+
+
 def decide_precision(requested: str, hardware: Hardware) -> PrecisionChoice:
     """`requested` unless it is "auto"; auto is bf16 on TPU, bf16 or fp16 on GPUs that
-    compute them natively, and bf16 on CPU only with native bf16 (else float32)."""
+    compute them natively, and bf16 on CPU only with native bf16 (else float32).
+    Raises PrecisionError for bf16 where it cannot run (`cpu_bf16_blocked`)."""
+    if requested == "mixed_bfloat16" and cpu_bf16_blocked(hardware):
+        raise PrecisionError(cpu_bf16_blocked(hardware))
     if requested != "auto":
         return PrecisionChoice(requested, f"--precision {requested}", hardware)
     if hardware.accelerator == "tpu":
