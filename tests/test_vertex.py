@@ -316,7 +316,7 @@ class _FakeVertex(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if self.path.startswith("/storage/v1/b/"):
-            self._reply({"name": "bucket-x"})
+            self._reply({"name": "bucket-x", "projectNumber": PROJECT_NUMBER})
             return
         if _FakeVertex.faults:
             fault = _FakeVertex.faults.pop(0)
@@ -347,6 +347,7 @@ CONSOLE_URL = (
     "?project=proj-x"
 )
 HANG_SECONDS = 1.0
+PROJECT_NUMBER = "123456789"
 
 
 @pytest.fixture
@@ -361,6 +362,13 @@ def fake_vertex(monkeypatch):
     url = f"http://127.0.0.1:{server.server_port}"
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)  # the bucket check, on the stand-in
     monkeypatch.setattr("google.auth.default", lambda *a, **k: (AnonymousCredentials(), "proj-x"))
+    # aiplatform checks that the root's bucket belongs to the project through Resource
+    # Manager, whose endpoint no emulator variable redirects; unanswered, it retried for
+    # about 50 s per submit before giving up.
+    monkeypatch.setattr(
+        "google.cloud.aiplatform.utils.resource_manager_utils.get_project_number",
+        lambda project_id, credentials=None: PROJECT_NUMBER if project_id == "proj-x" else "0",
+    )
     yield url
     server.shutdown()
 
