@@ -198,9 +198,10 @@ def make_plan(
     _check_target(path, target, google)
     tasks = spec["root"]["dag"]["tasks"]
     left_out = _downstream(spec, set(google))
-    not_run = {
-        name: google.get(name, "needs a step that cannot run here") for name in sorted(left_out)
-    }
+    not_run = {name: google[name] for name in sorted(google)}
+    not_run.update(
+        (name, "needs a step that cannot run here") for name in sorted(left_out - set(google))
+    )
     for name in left_out:
         del tasks[name]
 
@@ -388,8 +389,8 @@ def summary(plan: Plan, done: list[Step], kfp_version: str) -> str:
             f"  {step.name:<22} {'SUCCESS' if step.ok else 'FAILED':<8} {step.seconds:4.0f} s"
         )
     ran = {step.name for step in done}
-    for name in sorted({*plan.steps, *plan.not_run} - ran):
-        reason = plan.not_run.get(name, "an earlier step failed")
+    stopped = {name: "an earlier step failed" for name in plan.steps if name not in ran}
+    for name, reason in {**stopped, **plan.not_run}.items():
         lines.append(f"  {name:<22} not run: {reason}")
     outputs = {key: meta for step in done for key, meta in step.outputs.items()}
     if "blessing" in outputs:

@@ -133,10 +133,21 @@ def test_plan_maps_every_cloud_uri_and_the_image_paths(kubeflow_file):
 def test_plan_of_a_vertex_file_leaves_out_training_and_what_follows(vertex_file):
     planned = plan(vertex_file, "vertex")
     assert set(planned.steps) == BEFORE_TRAINING
-    assert planned.not_run["Trainer"].startswith("calls Vertex AI (tfx.extensions.google_cloud")
+    assert list(planned.not_run) == ["Trainer", "AtomicPusher", "Evaluator", "ServedModelBaseline"]
+    assert planned.not_run["Trainer"] == (
+        "calls Vertex AI (tfx.extensions.google_cloud_ai_platform.trainer.executor)"
+    )
     for name in ("ServedModelBaseline", "Evaluator", "AtomicPusher"):
         assert planned.not_run[name] == "needs a step that cannot run here"
     assert set(planned.spec["root"]["dag"]["tasks"]) == BEFORE_TRAINING
+
+
+def test_plan_names_the_endpoint_deploy_as_a_vertex_call(tmp_path):
+    path = compile_file(tmp_path / "p.yaml", "vertex", DATA, "--endpoint", "cifar10-endpoint")
+    planned = plan(path, "vertex")
+    [pusher] = [name for name in planned.not_run if "pusher" in planned.not_run[name]]
+    assert planned.not_run[pusher].startswith("calls Vertex AI (tfx.extensions.google_cloud")
+    assert set(planned.steps) == BEFORE_TRAINING
 
 
 @pytest.mark.parametrize(
