@@ -1,5 +1,6 @@
 """`cifar10-pipeline`: run the pipeline locally, compile and submit it to Vertex AI or
-Kubeflow Pipelines, classify images with the pushed model."""
+Kubeflow Pipelines (after running the compiled file here under kfp.local, if you like),
+classify images with the pushed model."""
 
 from __future__ import annotations
 
@@ -351,7 +352,10 @@ def cmd_local_kfp(args: argparse.Namespace) -> int:
     checkout = Path(str(importlib.resources.files("pipeline"))).parent
     kfp_python = Path(args.kfp_python or checkout / KFP_VENV / "bin" / "python")
     dockerfile = checkout / "Dockerfile"
-    for needed, hint in ((kfp_python, "run `make setup-kfp`"), (dockerfile, "run from a checkout")):
+    for needed, hint in (
+        (kfp_python, "run `make setup-kfp`"),
+        (dockerfile, "install from a checkout with `make setup`"),
+    ):
         if not needed.exists():
             print(f"error: {needed} not found: {hint} (see README, Kubeflow)", file=sys.stderr)
             return EXIT_BAD_INPUT
