@@ -7,6 +7,10 @@ PY := $(VENV)/bin/python
 UV := $(VENV)/bin/uv
 UV_VERSION := 0.13.9
 STAMP := $(VENV)/.installed
+# kfp.local's own environment (requirements-kfp.lock): a current kfp SDK needs protobuf >= 6,
+# TFX 1.16 < 5, so it cannot share .venv. `cifar10-pipeline local-kfp` runs in it.
+KFP_VENV := .venv-kfp
+KFP_STAMP := $(KFP_VENV)/.installed
 SHARED_DATA := ../shared/datasets/cifar10/cifar-10-binary-train.tar.gz
 ARGS ?=
 
@@ -23,7 +27,7 @@ export CIFAR10_DATA := $(abspath $(SHARED_DATA))
 endif
 endif
 
-.PHONY: run test test-unit lint bench lock setup clean
+.PHONY: run test test-unit lint bench lock setup setup-kfp local-kfp clean
 
 setup: $(STAMP)
 
@@ -38,6 +42,16 @@ $(STAMP): requirements.lock pyproject.toml
 	$(UV) pip install --python $(PY) --no-deps -e .
 	@touch $(STAMP)
 
+# The project itself is installed too, for `python -m pipeline.kfp_local`; uv reuses .venv's
+# cache, so this takes seconds.
+setup-kfp: $(KFP_STAMP)
+
+$(KFP_STAMP): requirements-kfp.lock pyproject.toml $(STAMP)
+	@test -x $(KFP_VENV)/bin/python || $(PYTHON310) -m venv $(KFP_VENV)
+	$(UV) pip sync --python $(KFP_VENV)/bin/python --compile-bytecode requirements-kfp.lock
+	$(UV) pip install --python $(KFP_VENV)/bin/python --no-deps -e .
+	@touch $(KFP_STAMP)
+
 run: $(STAMP)
 	$(VENV)/bin/cifar10-pipeline run $(ARGS)
 
@@ -46,10 +60,15 @@ run: $(STAMP)
 # share a session run stay on one worker (tests/conftest.py). More workers need more memory.
 TEST_WORKERS ?= 2
 
-test: lint
+# Run a compiled pipeline file under kfp.local before building an image, e.g.
+# make local-kfp ARGS='cifar10.yaml --data cifar-10-binary.tar.gz'
+local-kfp: $(STAMP) $(KFP_STAMP)
+	$(VENV)/bin/cifar10-pipeline local-kfp $(ARGS)
+
+test: lint $(KFP_STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
 
-test-unit: lint
+test-unit: lint $(KFP_STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not integration" $(ARGS)
 
 # Layers import only downward; style and formatting are checked, not debated.
@@ -65,6 +84,8 @@ bench: $(STAMP)
 lock: $(STAMP)
 	$(UV) pip compile requirements.in --python-version 3.10 \
 		--python-platform x86_64-manylinux_2_36 -o requirements.lock
+	$(UV) pip compile requirements-kfp.in --python-version 3.10 \
+		--python-platform x86_64-manylinux_2_36 -o requirements-kfp.lock
 
 clean:
-	rm -rf $(VENV) outputs
+	rm -rf $(VENV) $(KFP_VENV) outputs

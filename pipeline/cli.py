@@ -1,10 +1,13 @@
 """`cifar10-pipeline`: run the pipeline locally, compile and submit it to Vertex AI or
-Kubeflow Pipelines, classify images with the pushed model."""
+Kubeflow Pipelines (after running the compiled file here under kfp.local, if you like),
+classify images with the pushed model."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.resources
+import subprocess
 import sys
 import time
 import warnings
@@ -18,6 +21,8 @@ from pipeline.vertex_runner import WAIT_RETRY_SECONDS
 
 # Relative to where the command runs (the checkout, for `make run`), never inside an install.
 DEFAULT_OUTPUT_DIR = Path("outputs")
+# kfp.local's environment in the checkout (Makefile: setup-kfp).
+KFP_VENV = ".venv-kfp"
 EXIT_OK = exit_status.OK
 EXIT_ERROR = exit_status.ERROR
 EXIT_BAD_INPUT = exit_status.BAD_INPUT
@@ -344,6 +349,28 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return EXIT_OK if state == "PIPELINE_STATE_SUCCEEDED" else EXIT_ERROR
 
 
+def cmd_local_kfp(args: argparse.Namespace) -> int:
+    """Hands the file to `pipeline.kfp_local` in the kfp SDK's own environment; each step
+    comes back to this environment's Python. The checkout is found from the installed
+    package (editable, as `make` installs it), not from where the command runs."""
+    checkout = Path(str(importlib.resources.files("pipeline"))).parent
+    kfp_python = Path(args.kfp_python or checkout / KFP_VENV / "bin" / "python")
+    dockerfile = checkout / "Dockerfile"
+    for needed, hint in (
+        (kfp_python, "run `make setup-kfp`"),
+        (dockerfile, "install from a checkout with `make setup`"),
+    ):
+        if not needed.exists():
+            print(f"error: {needed} not found: {hint} (see README, Kubeflow)", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    command = [str(kfp_python), "-m", "pipeline.kfp_local", args.pipeline_file]
+    command += ["--target", args.target, "--output-dir", args.output_dir]
+    command += ["--python", sys.executable, "--dockerfile", str(dockerfile)]
+    if args.data:
+        command += ["--data", args.data]
+    return subprocess.call(command)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from pipeline import report
 
@@ -592,6 +619,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     submit_parser.add_argument("--api-endpoint", default="", help=argparse.SUPPRESS)
     submit_parser.set_defaults(func=cmd_submit)
+
+    local_kfp = commands.add_parser(
+        "local-kfp",
+        help="run a compiled pipeline file here under kfp.local, before building an image",
+        description="Runs exactly PIPELINE_FILE (from `compile`) under KFP's local orchestrator "
+        "(kfp.local, from .venv-kfp: `make setup-kfp`), each container step a process of this "
+        "environment with the Dockerfile's ENV. The pipeline root maps to --output-dir, the "
+        "data to --data, the image's WORKDIR to this checkout. --target vertex runs the steps "
+        "that need no Google API and lists the others.",
+    )
+    local_kfp.add_argument("pipeline_file", metavar="PIPELINE_FILE")
+    local_kfp.add_argument("--target", choices=["kubeflow", "vertex"], default="kubeflow")
+    local_kfp.add_argument(
+        "--data", metavar="PATH", help="local copy of the data that the file names (--data URI)"
+    )
+    local_kfp.add_argument(
+        "--output-dir",
+        default=str(DEFAULT_OUTPUT_DIR / "kfp-local"),
+        help="stands in for the pipeline root; step logs under logs/ (default: %(default)s)",
+    )
+    local_kfp.add_argument("--kfp-python", default="", help=argparse.SUPPRESS)
+    local_kfp.set_defaults(func=cmd_local_kfp)
 
     report_parser = commands.add_parser(
         "report",

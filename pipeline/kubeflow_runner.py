@@ -92,6 +92,19 @@ def resolver_executors(spec: dict[str, Any]) -> list[str]:
     )
 
 
+def runner_config(image: str):
+    """KubeflowV2DagRunner's settings for both targets: pipeline spec 2.1. Spec 2.0 (TFX's
+    default) writes task constants as `runtimeValue.constantValue`, which the open-source
+    KFP backend's driver and kfp.local refuse ("Expected constant."), and leaves out the
+    inputs spec without which TFX's entrypoint reads the deprecated `inputs.parameters`
+    that the backend no longer fills. Vertex AI runs 2.1 as well."""
+    from tfx import v1 as tfx
+
+    return tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
+        default_image=image, use_pipeline_spec_2_1=True
+    )
+
+
 def build_pipeline_spec(config: PipelineConfig, image: str) -> dict[str, Any]:
     """The KFP v2 PipelineSpec of `create_pipeline(config)`, with the pipeline root as
     its default root (the YAML form has no runtimeConfig to carry it)."""
@@ -99,9 +112,7 @@ def build_pipeline_spec(config: PipelineConfig, image: str) -> dict[str, Any]:
 
     from pipeline.topology import create_pipeline
 
-    runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
-        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(default_image=image)
-    )
+    runner = tfx.orchestration.experimental.KubeflowV2DagRunner(config=runner_config(image))
     spec = runner.run(create_pipeline(config), write_out=False)["pipelineSpec"]
     spec["defaultPipelineRoot"] = config.pipeline_root
     return spec

@@ -168,9 +168,7 @@ def compile_pipeline(config: PipelineConfig, output: Path) -> Path:
     output = output.resolve()
     output.parent.mkdir(parents=True, exist_ok=True)
     runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
-        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
-            default_image=config.vertex.image
-        ),
+        config=kubeflow_runner.runner_config(config.vertex.image),
         output_dir=str(output.parent),
         output_filename=output.name,
     )
@@ -233,14 +231,15 @@ class Submission:
 def _trainer_settings(spec: dict) -> dict:
     """The Vertex Trainer's custom_config as compiled (project, region, CustomJob spec)."""
     trainer = spec["root"]["dag"]["tasks"].get("Trainer", {})
-    value = (
+    runtime_value = (
         trainer.get("inputs", {})
         .get("parameters", {})
         .get("custom_config", {})
         .get("runtimeValue", {})
-        .get("constantValue", {})
-        .get("stringValue", "")
     )
+    # Pipeline spec 2.1 (what `compile` writes) holds the string itself; files compiled
+    # before, in spec 2.0, wrap it, and Vertex still runs them.
+    value = runtime_value.get("constant", runtime_value.get("constantValue", {}).get("stringValue"))
     try:
         return json.loads(value) if value else {}
     except json.JSONDecodeError:

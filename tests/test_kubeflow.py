@@ -67,6 +67,18 @@ def test_the_file_loads_with_the_kfp_sdk(compiled):
     assert {"Trainer", "ServedModelBaseline", "Evaluator"} <= set(parsed.root.dag.tasks)
 
 
+def test_the_file_is_pipeline_spec_2_1_which_the_kfp_backend_driver_runs(compiled):
+    """KFP's driver resolves a task constant only as `runtimeValue.constant` and fills only
+    `inputs.parameterValues`, which TFX's entrypoint reads when given the inputs spec."""
+    _, spec = compiled
+    assert spec["schemaVersion"] == "2.1.0"
+    for name, task in spec["root"]["dag"]["tasks"].items():
+        for key, parameter in task.get("inputs", {}).get("parameters", {}).items():
+            assert set(parameter["runtimeValue"]) == {"constant"}, (name, key)
+    for name, executor in spec["deploymentSpec"]["executors"].items():
+        assert "--json_serialized_inputs_spec_args" in executor["container"]["args"], name
+
+
 def test_no_resolver_executors_only_containers(compiled):
     _, spec = compiled
     executors = spec["deploymentSpec"]["executors"]
@@ -95,7 +107,7 @@ def test_evaluator_baseline_is_the_served_model_step(compiled):
     baseline = tasks["Evaluator"]["inputs"]["artifacts"]["baseline_model"]["taskOutputArtifact"]
     assert baseline["producerTask"] == "ServedModelBaseline"
     parameter = tasks["ServedModelBaseline"]["inputs"]["parameters"]["serving_model_dir"]
-    assert parameter["runtimeValue"]["constantValue"]["stringValue"] == f"{ROOT}/serving/cifar10"
+    assert parameter["runtimeValue"]["constant"] == f"{ROOT}/serving/cifar10"
     executors = spec["deploymentSpec"]["executors"]
     assert (
         "components.served_model_baseline.executor.EvaluatorExecutor"
@@ -113,7 +125,7 @@ def test_trainer_is_the_standard_trainer_with_pod_requests(compiled):
         "accelerator": {"type": "nvidia.com/gpu", "count": "2"},
     }
     parameter = spec["root"]["dag"]["tasks"]["Trainer"]["inputs"]["parameters"]["custom_config"]
-    custom = json.loads(parameter["runtimeValue"]["constantValue"]["stringValue"])
+    custom = json.loads(parameter["runtimeValue"]["constant"])
     assert custom["training"]["strategy"] == "auto" and "ai_platform_training_args" not in custom
     others = [
         name

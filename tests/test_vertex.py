@@ -81,7 +81,7 @@ def test_compiled_dag_has_every_component_and_dependency(compiled):
 def test_trainer_runs_on_a_tpu_worker_pool_with_the_tpu_strategy(compiled):
     _, job = compiled
     parameter = _tasks(job)["Trainer"]["inputs"]["parameters"]["custom_config"]
-    custom = json.loads(parameter["runtimeValue"]["constantValue"]["stringValue"])
+    custom = json.loads(parameter["runtimeValue"]["constant"])
     job_spec = custom["ai_platform_training_args"]["job_spec"]
     pool = CustomJobSpec(**job_spec).worker_pool_specs[0]  # Vertex's own type accepts it
     assert pool.machine_spec.machine_type == "cloud-tpu"
@@ -97,6 +97,25 @@ def test_trainer_runs_on_a_tpu_worker_pool_with_the_tpu_strategy(compiled):
     assert custom["checkpoint_root"] == f"{ROOT}/Trainer/checkpoints"
     for name in ("Cifar10ExampleGen", "StatisticsGen", "Trainer", "Evaluator"):
         assert _tasks(job)[name]["cachingOptions"]["enableCache"] is True
+
+
+def test_the_job_is_pipeline_spec_2_1(compiled):
+    _, job = compiled
+    assert job["pipelineSpec"]["schemaVersion"] == "2.1.0"
+    custom_config = _tasks(job)["Trainer"]["inputs"]["parameters"]["custom_config"]
+    assert set(custom_config["runtimeValue"]) == {"constant"}
+
+
+def test_submit_still_reads_a_file_compiled_in_pipeline_spec_2_0(compiled, tmp_path, capsys):
+    """Files compiled before spec 2.1 wrap each constant; Vertex runs them, submit reads them."""
+    _, job = compiled
+    parameter = _tasks(job)["Trainer"]["inputs"]["parameters"]["custom_config"]
+    value = parameter["runtimeValue"].pop("constant")
+    parameter["runtimeValue"]["constantValue"] = {"stringValue": value}
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(job))
+    assert cli.main(["submit", str(old), "--dry-run"]) == 0
+    assert "projects/proj-x/locations/us-central1" in capsys.readouterr().out
 
 
 def test_submit_reads_the_vertex_trainer_keys_tfx_uses():
@@ -150,7 +169,7 @@ def compiled_for_v5e(tmp_path_factory):
 def test_cloud_flags_reach_the_training_job_and_dataflow(compiled_for_v5e):
     _, job = compiled_for_v5e
     parameter = _tasks(job)["Trainer"]["inputs"]["parameters"]["custom_config"]
-    custom = json.loads(parameter["runtimeValue"]["constantValue"]["stringValue"])
+    custom = json.loads(parameter["runtimeValue"]["constant"])
     training_args = custom[vertex_runner.TRAINING_ARGS_KEY]
     spec = CustomJobSpec(**training_args["job_spec"])
     assert spec.service_account == SERVICE_ACCOUNT and spec.network == NETWORK

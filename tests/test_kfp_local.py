@@ -1,0 +1,387 @@
+"""`local-kfp`: a compiled pipeline file run by KFP's own local orchestrator (kfp.local, from
+the kfp SDK in .venv-kfp), each container step a host process of this environment with the
+Dockerfile's ENV. Unit tests on the plan and the Dockerfile; the two kfp.local patches on a
+two-step pipeline of plain scripts; end to end on the compiled Kubeflow and Vertex files."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.cifar10_example_gen.spec import SOURCE_URI_KEY
+from pipeline import cli, kfp_local
+from pipeline.config import CONTAINER_PROJECT_ROOT, CONTAINER_SCHEMA_PATH
+
+import cifar_fixtures as fx
+from conftest import cli as run_cli
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+KFP_PYTHON = REPO_ROOT / cli.KFP_VENV / "bin" / "python"
+IMAGE = "registry.example.com/ml/cifar10-pipeline:v1"
+ROOT = "gs://bucket-x/root"
+DATA = "gs://bucket-x/data/cifar-10-binary.tar.gz"
+# Tiny and quick: one epoch, float32 whatever the CPU, a gate the tiny data clears.
+FAST = [
+    "--epochs",
+    "1",
+    "--per-replica-batch-size",
+    "64",
+    "--precision",
+    "float32",
+    "--accuracy-gate",
+    "0.3",
+]
+TASKS = {
+    "Cifar10ExampleGen",
+    "ImportSchemaGen",
+    "StatisticsGen",
+    "ExampleValidator",
+    "DataValidationGate",
+    "Trainer",
+    "ServedModelBaseline",
+    "Evaluator",
+    "AtomicPusher",
+}
+BEFORE_TRAINING = {
+    "Cifar10ExampleGen",
+    "ImportSchemaGen",
+    "StatisticsGen",
+    "ExampleValidator",
+    "DataValidationGate",
+}
+
+
+def compile_file(path: Path, target: str, data: str = DATA, *extra: str) -> Path:
+    args = ["compile", "--target", target, "--pipeline-root", ROOT, "--image", IMAGE]
+    if target == "vertex":
+        args += ["--project", "proj-x", "--region", "us-central1"]
+    assert cli.main([*args, "--data", data, "--output", str(path), *FAST, *extra]) == 0
+    return path
+
+
+@pytest.fixture(scope="module")
+def kubeflow_file(tmp_path_factory):
+    return compile_file(tmp_path_factory.mktemp("kfp") / "cifar10.yaml", "kubeflow")
+
+
+@pytest.fixture(scope="module")
+def vertex_file(tmp_path_factory):
+    return compile_file(tmp_path_factory.mktemp("vertex") / "cifar10.yaml", "vertex")
+
+
+def plan(path: Path, target: str = "kubeflow", data: Path | None = Path("/data/c.tar.gz")):
+    image = kfp_local.read_dockerfile(REPO_ROOT / "Dockerfile")
+    return kfp_local.make_plan(path, target, Path("/out"), data, REPO_ROOT, image)
+
+
+# --- the Dockerfile and the plan (this environment, no kfp.local) ---
+
+
+def test_read_dockerfile_follows_the_stages_to_the_default_one(tmp_path):
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(
+        "FROM python:3.10 AS base\n"
+        "WORKDIR /app\n"
+        "# a comment\n"
+        "ENV FIRST=1 \\\n"
+        '    SECOND="two words"\n'
+        "FROM base AS other\n"
+        "ENV ONLY_OTHER=1\n"
+        "FROM base AS final\n"
+        "WORKDIR sub\n"
+        "ENV OLD_FORM kept as is\n"
+        "ENV FIRST=again\n"
+    )
+    image = kfp_local.read_dockerfile(dockerfile)
+    assert image.workdir == "/app/sub"
+    assert image.env == {"FIRST": "again", "SECOND": "two words", "OLD_FORM": "kept as is"}
+
+
+def test_the_image_puts_the_project_where_compiled_files_expect_it():
+    image = kfp_local.read_dockerfile(REPO_ROOT / "Dockerfile")
+    assert image.workdir == CONTAINER_PROJECT_ROOT
+    assert image.env  # the Dockerfile's ENV line, whatever it holds
+
+
+def test_the_data_parameter_is_the_example_gens():
+    assert kfp_local.DATA_PARAMETER == SOURCE_URI_KEY
+
+
+def test_plan_maps_every_cloud_uri_and_the_image_paths(kubeflow_file):
+    planned = plan(kubeflow_file)
+    assert set(planned.steps) == TASKS and planned.not_run == {}
+    text = json.dumps(planned.spec)
+    assert kfp_local.CLOUD_URI.search(text) is None
+    tasks = planned.spec["root"]["dag"]["tasks"]
+    constant = lambda task, key: tasks[task]["inputs"]["parameters"][key]["runtimeValue"]  # noqa: E731
+    assert constant("Cifar10ExampleGen", "source_uri")["constant"] == "/data/c.tar.gz"
+    assert (
+        constant("ServedModelBaseline", "serving_model_dir")["constant"] == "/out/serving/cifar10"
+    )
+    schema = constant("ImportSchemaGen", "schema_file")["constant"]
+    assert schema == CONTAINER_SCHEMA_PATH.replace(CONTAINER_PROJECT_ROOT, str(REPO_ROOT))
+    assert Path(schema).is_file()
+    custom = json.loads(constant("Trainer", "custom_config")["constant"])
+    assert custom["checkpoint_root"] == "/out/Trainer/checkpoints"
+
+
+def test_plan_of_a_vertex_file_leaves_out_training_and_what_follows(vertex_file):
+    planned = plan(vertex_file, "vertex")
+    assert set(planned.steps) == BEFORE_TRAINING
+    assert list(planned.not_run) == ["Trainer", "AtomicPusher", "Evaluator", "ServedModelBaseline"]
+    assert planned.not_run["Trainer"] == (
+        "calls Vertex AI (tfx.extensions.google_cloud_ai_platform.trainer.executor)"
+    )
+    for name in ("ServedModelBaseline", "Evaluator", "AtomicPusher"):
+        assert planned.not_run[name] == "needs a step that cannot run here"
+    assert set(planned.spec["root"]["dag"]["tasks"]) == BEFORE_TRAINING
+
+
+def test_plan_names_the_endpoint_deploy_as_a_vertex_call(tmp_path):
+    path = compile_file(tmp_path / "p.yaml", "vertex", DATA, "--endpoint", "cifar10-endpoint")
+    planned = plan(path, "vertex")
+    [pusher] = [name for name in planned.not_run if "pusher" in planned.not_run[name]]
+    assert planned.not_run[pusher].startswith("calls Vertex AI (tfx.extensions.google_cloud")
+    assert set(planned.steps) == BEFORE_TRAINING
+
+
+@pytest.mark.parametrize(
+    "target, fixture, message",
+    [
+        ("kubeflow", "vertex_file", "was compiled for --target vertex (Trainer calls Vertex AI"),
+        ("vertex", "kubeflow_file", "was compiled for --target kubeflow (no step calls Vertex AI)"),
+    ],
+)
+def test_a_file_compiled_for_the_other_target_is_refused(request, target, fixture, message):
+    with pytest.raises(kfp_local.LocalRunError, match=re.escape(message)):
+        plan(request.getfixturevalue(fixture), target)
+
+
+def test_a_cloud_uri_without_a_local_counterpart_is_refused(kubeflow_file):
+    with pytest.raises(kfp_local.LocalRunError) as refused:
+        plan(kubeflow_file, data=None)
+    assert str(refused.value).endswith(
+        f"Cifar10ExampleGen reads {DATA}, which this run cannot map (no --data given): it maps "
+        "the pipeline root to --output-dir and the data to --data"
+    )
+
+
+def test_a_pipeline_spec_2_0_file_is_refused_before_running(kubeflow_file, tmp_path):
+    spec = yaml.safe_load(kubeflow_file.read_text())
+    parameter = spec["root"]["dag"]["tasks"]["Trainer"]["inputs"]["parameters"]["run_fn"]
+    parameter["runtimeValue"] = {"constantValue": {"stringValue": "x.run_fn"}}
+    old = tmp_path / "old.yaml"
+    old.write_text(yaml.safe_dump(spec))
+    with pytest.raises(kfp_local.LocalRunError, match=r"pipeline spec 2\.0 \(Trainer has"):
+        plan(old)
+
+
+@pytest.mark.parametrize("content", ["root: [unclosed", "pipelineInfo: {name: x}\n"])
+def test_a_file_that_is_no_pipeline_is_refused(tmp_path, content):
+    bad = tmp_path / "p.yaml"
+    bad.write_text(content)
+    with pytest.raises(kfp_local.LocalRunError, match="not a"):
+        plan(bad)
+
+
+def test_local_kfp_without_its_environment_is_one_line(kubeflow_file, tmp_path, capsys):
+    missing = tmp_path / "none" / "python"
+    assert cli.main(["local-kfp", str(kubeflow_file), "--kfp-python", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {missing} not found: run `make setup-kfp` (see README, Kubeflow)\n"
+
+
+# --- kfp.local itself (.venv-kfp): two plain-script steps in a pipeline like TFX's ---
+
+STEP = """
+import json, os, sys
+from pathlib import Path
+
+mode = sys.argv[1]
+given = json.loads(sys.argv[sys.argv.index("--json_serialized_invocation_args") + 1])
+if mode == "fail":
+    raise ValueError("the data is bad")
+[out] = next(iter(given["outputs"]["artifacts"].values()))["artifacts"]
+Path(out["uri"]).mkdir(parents=True)
+seen = {
+    "python": sys.executable,
+    "cwd": os.getcwd(),
+    "env": dict(os.environ),
+    "parameters": given["inputs"].get("parameterValues", {}),
+    "input_types": {
+        key: [artifact["type"] for artifact in artifacts["artifacts"]]
+        for key, artifacts in given["inputs"].get("artifacts", {}).items()
+    },
+}
+(Path(out["uri"]) / "seen.json").write_text(json.dumps(seen))
+output = {"artifacts": {out["name"]: {"artifacts": [{**out, "metadata": {"blessed": 1.0}}]}}}
+Path(given["outputs"]["outputFile"]).write_text(json.dumps(output))
+"""
+EXAMPLES = {"artifactType": {"instanceSchema": "title: tfx.Examples\ntype: object\n"}}
+
+
+def two_step_spec(step: Path, second: str) -> dict:
+    """Produce -> Consume, shaped like a TFX-compiled file: container executors running
+    `python`, the executor input as --json_serialized_invocation_args, TFX artifact types."""
+
+    def executor(mode: str) -> dict:
+        return {
+            "container": {
+                "image": IMAGE,
+                "command": ["python", str(step), mode],
+                "args": ["--json_serialized_invocation_args", "{{$}}"],
+            }
+        }
+
+    return {
+        "pipelineInfo": {"name": "tiny"},
+        "schemaVersion": "2.1.0",
+        "defaultPipelineRoot": ROOT,
+        "components": {
+            "Produce": {
+                "executorLabel": "Produce_executor",
+                "inputDefinitions": {"parameters": {"where": {"parameterType": "STRING"}}},
+                "outputDefinitions": {"artifacts": {"examples": EXAMPLES}},
+            },
+            "Consume": {
+                "executorLabel": "Consume_executor",
+                "inputDefinitions": {"artifacts": {"examples": EXAMPLES}},
+                "outputDefinitions": {"artifacts": {"blessing": EXAMPLES}},
+            },
+        },
+        "deploymentSpec": {
+            "executors": {
+                "Produce_executor": executor("record"),
+                "Consume_executor": executor(second),
+            }
+        },
+        "root": {
+            "dag": {
+                "tasks": {
+                    "Produce": {
+                        "componentRef": {"name": "Produce"},
+                        "taskInfo": {"name": "Produce"},
+                        "inputs": {
+                            "parameters": {
+                                "where": {"runtimeValue": {"constant": f"{ROOT}/serving"}}
+                            }
+                        },
+                    },
+                    "Consume": {
+                        "componentRef": {"name": "Consume"},
+                        "taskInfo": {"name": "Consume"},
+                        "dependentTasks": ["Produce"],
+                        "inputs": {
+                            "artifacts": {
+                                "examples": {
+                                    "taskOutputArtifact": {
+                                        "producerTask": "Produce",
+                                        "outputArtifactKey": "examples",
+                                    }
+                                }
+                            }
+                        },
+                    },
+                }
+            }
+        },
+    }
+
+
+def run_two_steps(tmp_path: Path, second: str) -> tuple[subprocess.CompletedProcess, Path]:
+    (tmp_path / "step.py").write_text(STEP)
+    (tmp_path / "Dockerfile").write_text("FROM python:3.10\nWORKDIR /app\nENV FROM_IMAGE=yes\n")
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(yaml.safe_dump(two_step_spec(tmp_path / "step.py", second)))
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [KFP_PYTHON, "-m", "pipeline.kfp_local", spec, "--output-dir", out]
+        + ["--python", sys.executable, "--dockerfile", tmp_path / "Dockerfile"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NOT_IN_THE_IMAGE": "1"},
+        timeout=300,
+    )
+    return done, out
+
+
+def seen_by(out: Path, artifact: str) -> dict:
+    [seen] = out.glob(f"tiny-*/*/{artifact}/seen.json")
+    return json.loads(seen.read_text())
+
+
+def test_container_steps_run_on_the_host_with_the_image_env_and_typed_inputs(tmp_path):
+    done, out = run_two_steps(tmp_path, "record")
+    assert done.returncode == 0, done.stderr
+    produced = seen_by(out, "examples")
+    assert produced["python"] == sys.executable and produced["cwd"] == str(tmp_path)
+    assert produced["env"]["FROM_IMAGE"] == "yes" and "NOT_IN_THE_IMAGE" not in produced["env"]
+    assert produced["parameters"] == {"where": f"{out}/serving"}
+    # kfp.local alone hands the artifact on as system.Artifact; TFX needs its declared type.
+    consumed = seen_by(out, "blessing")
+    assert consumed["input_types"] == {"examples": [EXAMPLES["artifactType"]]}
+    assert "[1/2] Produce: running" in done.stderr and "[2/2] Consume: SUCCESS" in done.stderr
+    assert "  Produce " in done.stdout and "blessed        yes" in done.stdout
+
+
+def test_a_failing_step_is_named_and_the_run_fails(tmp_path):
+    done, out = run_two_steps(tmp_path, "fail")
+    assert done.returncode == 1
+    error = done.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: step Consume failed: ValueError: the data is bad (log ")
+    assert "[2/2] Consume: FAILED (exit status 1)" in done.stderr
+    assert "  Consume                FAILED" in done.stdout
+
+
+# --- end to end: the compiled files, the tiny archive, every step a TFX process ---
+
+
+def _local_kfp(path: Path, data: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return run_cli("local-kfp", path, "--data", data, "--output-dir", out, *extra)
+
+
+@pytest.mark.integration
+@pytest.mark.xdist_group("kfp_local")
+def test_the_kubeflow_file_runs_end_to_end_and_pushes(kubeflow_file, tiny_archive, tmp_path):
+    done = _local_kfp(kubeflow_file, tiny_archive, tmp_path / "out")
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stderr.count(": SUCCESS in ") == len(TASKS)
+    for name in TASKS:
+        assert f"  {name:<22} SUCCESS" in done.stdout, done.stdout
+    assert "blessed        yes" in done.stdout
+    [version] = (tmp_path / "out" / "serving" / "cifar10").iterdir()
+    assert (version / "saved_model.pb").is_file()
+    assert f"pushed         {version}" in done.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.xdist_group("kfp_local")
+def test_data_that_fails_validation_names_the_step(tmp_path):
+    images = fx.image_folder(tmp_path / "images", per_class=2)
+    for picture in (images / "test" / "frog").iterdir():
+        picture.unlink()
+    (images / "test" / "frog").rmdir()
+    path = compile_file(tmp_path / "cifar10.yaml", "kubeflow", "gs://bucket-x/images")
+    done = _local_kfp(path, images, tmp_path / "out")
+    assert done.returncode == 1, done.stderr[-4000:]
+    error = done.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: step DataValidationGate failed: "), error
+    assert "classes [6] are absent" in error
+    assert "  Trainer                not run: an earlier step failed" in done.stdout
+    assert not (tmp_path / "out" / "serving").exists()
+
+
+@pytest.mark.integration
+@pytest.mark.xdist_group("kfp_local")
+def test_the_vertex_file_runs_up_to_training(vertex_file, tiny_archive, tmp_path):
+    done = _local_kfp(vertex_file, tiny_archive, tmp_path / "out", "--target", "vertex")
+    assert done.returncode == 0, done.stderr[-4000:]
+    for name in BEFORE_TRAINING:
+        assert f"  {name:<22} SUCCESS" in done.stdout, done.stdout
+    assert "  Trainer                not run: calls Vertex AI" in done.stdout
+    assert "  AtomicPusher           not run: needs a step that cannot run here" in done.stdout
