@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 
 from components.trainer.config import MODELS, PRECISIONS, STRATEGIES, TrainingConfig
-from pipeline import exit_status
+from pipeline import exit_status, library_log
 from pipeline.config import PipelineConfig
 from pipeline.tpu import ACCEPTED_NAMES as TPU_NAMES
 from pipeline.vertex_runner import WAIT_RETRY_SECONDS
@@ -23,6 +23,9 @@ from pipeline.vertex_runner import WAIT_RETRY_SECONDS
 DEFAULT_OUTPUT_DIR = Path("outputs")
 # kfp.local's environment in the checkout (Makefile: setup-kfp).
 KFP_VENV = ".venv-kfp"
+# Commands whose libraries' console output (TensorFlow's C++ start-up errors, TFX and absl
+# logging) goes to DEFAULT_OUTPUT_DIR/logs; `run` keeps its own log in its output folder.
+LIBRARY_OUTPUT_TO_LOG = ("compile", "submit", "predict")
 
 
 def _default(config_class: type, name: str):
@@ -740,7 +743,11 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=UserWarning, module="google")
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    if args.command not in LIBRARY_OUTPUT_TO_LOG:
+        return args.func(args)
+    log_path = DEFAULT_OUTPUT_DIR / "logs" / f"{args.command}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    with library_log.to_file(log_path.resolve()):
+        return args.func(args)
 
 
 if __name__ == "__main__":
