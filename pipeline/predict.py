@@ -11,6 +11,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from components.contract import SAVED_MODEL_FILE, newest_served_version
 from pipeline import exit_status
 
 ACCEPTED_FORMATS = ("PNG", "JPEG")
@@ -24,23 +25,21 @@ class ModelNotFoundError(RuntimeError):
 def newest_version(model_dir: str) -> Path:
     """`model_dir` itself if it is a SavedModel, else its highest numbered version."""
     root = Path(model_dir)
-    if (root / "saved_model.pb").exists():
+    if (root / SAVED_MODEL_FILE).exists():
         return root
-    versions = (
-        sorted(
-            (int(p.name), p)
-            for p in root.glob("*")
-            if p.name.isdigit() and (p / "saved_model.pb").exists()
+    version = (
+        newest_served_version(
+            (p.name for p in root.iterdir()), lambda name: (root / name / SAVED_MODEL_FILE).exists()
         )
         if root.is_dir()
-        else []
+        else None
     )
-    if not versions:
+    if version is None:
         raise ModelNotFoundError(
             f"{model_dir}: no pushed model version found; run `cifar10-pipeline run` first "
             "or pass --model-dir"
         )
-    return versions[-1][1]
+    return root / version
 
 
 def check_image(path: str) -> bytes:
