@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +17,7 @@ from pipeline.config import (
     TrainingConfig,
     cloud_pipeline_config,
 )
+from pipeline.files import write_atomically
 
 # Where the Dockerfile puts this project inside the pipeline image.
 # TFX components open artifacts themselves with tf.io.gfile: gs:// is built in, s3://
@@ -129,18 +128,7 @@ def write_pipeline_yaml(spec: dict[str, Any], output: Path) -> Path:
     import yaml
 
     output = _yaml_output(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile(
-        "w", dir=output.parent, prefix=f".{output.name}.", delete=False
-    )
-    try:
-        with handle:
-            yaml.safe_dump(spec, handle, sort_keys=True)
-        os.replace(handle.name, output)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
-    return output
+    return write_atomically(output, yaml.safe_dump(spec, sort_keys=True))
 
 
 def compile_pipeline(config: PipelineConfig, output: Path) -> Path:

@@ -27,6 +27,7 @@ from components.contract import (
     PROBABILITIES_KEY,
     TRAIN_SPLIT,
 )
+from pipeline.files import write_atomically
 from pipeline.summary import RunSummary
 
 REPORT_FILE = "report.html"
@@ -364,8 +365,4 @@ def build_report(run_dir: Path) -> Path:
         + "".join(body)
         + "</body></html>"
     )
-    target = run_dir / REPORT_FILE
-    partial = target.with_suffix(".html.part")
-    partial.write_text(page)
-    partial.replace(target)
-    return target
+    return write_atomically(run_dir / REPORT_FILE, page)

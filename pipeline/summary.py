@@ -33,6 +33,7 @@ from components.contract import (
     TRAINING_SUMMARY_FILE,
 )
 from components.trainer.training_summary import TrainingSummary, strict_from_json
+from pipeline.files import write_atomically
 
 SUMMARY_FILE = "run_summary.json"
 ACCURACY_METRIC = "sparse_categorical_accuracy"
@@ -121,11 +122,9 @@ class RunSummary:
 
     def write(self, output_dir: Path) -> Path:
         """Writes `<output_dir>/run_summary.json` atomically."""
-        path = output_dir / SUMMARY_FILE
-        partial = path.with_suffix(".json.part")
-        partial.write_text(json.dumps(self.to_json(), indent=1, default=str))
-        partial.replace(path)
-        return path
+        return write_atomically(
+            output_dir / SUMMARY_FILE, json.dumps(self.to_json(), indent=1, default=str)
+        )
 
     @classmethod
     def load(cls, output_dir: Path) -> RunSummary:
