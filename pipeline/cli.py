@@ -15,12 +15,10 @@ from pathlib import Path
 
 from components.trainer.config import MODELS, PRECISIONS, STRATEGIES, TrainingConfig
 from pipeline import exit_status, library_log
-from pipeline.config import PipelineConfig
+from pipeline.config import DEFAULT_OUTPUT_DIR, DEFAULT_SERVING_DIR, PipelineConfig
 from pipeline.tpu import ACCEPTED_NAMES as TPU_NAMES
 from pipeline.vertex_runner import WAIT_RETRY_SECONDS
 
-# Relative to where the command runs (the checkout, for `make run`), never inside an install.
-DEFAULT_OUTPUT_DIR = Path("outputs")
 # kfp.local's environment in the checkout (Makefile: setup-kfp).
 KFP_VENV = ".venv-kfp"
 # Commands whose libraries' console output (TensorFlow's C++ start-up errors, TFX and absl
@@ -694,7 +692,7 @@ def _add_predict_parser(commands: argparse._SubParsersAction) -> None:
     predict_parser.add_argument("images", nargs="*", metavar="IMAGE")
     predict_parser.add_argument(
         "--model-dir",
-        default=str(DEFAULT_OUTPUT_DIR / "serving" / "cifar10"),
+        default=str(DEFAULT_SERVING_DIR),
         help="folder of numbered versions, or one version (default: %(default)s)",
     )
     predict_parser.add_argument("--top", type=int, default=3, help="classes to show per image")

@@ -101,7 +101,8 @@ class Classifier:
         return results
 
 
-def _encode_png(image) -> bytes:
+def encode_png(image) -> bytes:
+    """PNG bytes of an HWC uint8 array: what `serving_default` takes."""
     from PIL import Image
 
     buffer = io.BytesIO()
@@ -117,7 +118,7 @@ def _eval_images(args: argparse.Namespace):
 
     if args.data:
         return load_arrays(data_source.resolve(args.data))["eval"]
-    from pipeline.report import read_split
+    from pipeline.examples import read_split
     from pipeline.summary import RunSummary
 
     run_dir = Path(args.model_dir).resolve().parent.parent
@@ -150,7 +151,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"error: {err}", file=sys.stderr)
             return exit_status.BAD_INPUT
         chosen = list(range(0, len(labels), max(1, len(labels) // args.samples)))[: args.samples]
-        probabilities = classifier.probabilities([_encode_png(images[i]) for i in chosen])
+        probabilities = classifier.probabilities([encode_png(images[i]) for i in chosen])
         correct = 0
         for index, row in zip(chosen, probabilities):
             predicted, truth = LABEL_NAMES[row.argmax()], LABEL_NAMES[labels[index]]

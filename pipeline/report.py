@@ -27,6 +27,8 @@ from components.contract import (
     PROBABILITIES_KEY,
     TRAIN_SPLIT,
 )
+from components.tfx_files import anomalies_file, statistics_file
+from pipeline.examples import read_split
 from pipeline.files import write_atomically
 from pipeline.summary import RunSummary
 
@@ -60,25 +62,6 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
         "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows
     )
     return f"<table><tr>{head}</tr>{body}</table>"
-
-
-def read_split(
-    examples_uri: str, split: str, limit: int | None = None
-) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
-    """The first `limit` records of a split (all of them without a limit), in file order."""
-    import tensorflow as tf
-
-    from components.trainer import data
-
-    files = sorted(tf.io.gfile.glob(os.path.join(examples_uri, f"Split-{split}", "*")))
-    records = tf.data.TFRecordDataset(files, compression_type="GZIP")
-    if limit is not None:
-        records = records.take(limit)
-    serialized = [r.numpy() for r in records]
-    if not serialized:
-        return np.zeros((0, *IMAGE_SHAPE), np.uint8), np.zeros(0, np.int64), []
-    images, labels = data.decode_examples(tf.constant(serialized))
-    return images.numpy(), labels.numpy(), serialized
 
 
 def _tile(image: np.ndarray) -> str:
@@ -137,7 +120,7 @@ def _statistics_table(summary: RunSummary) -> str:
     artifacts = summary.artifacts
     rows, anomalies = [], []
     for split in (TRAIN_SPLIT, EVAL_SPLIT):
-        path = os.path.join(artifacts.get("statistics", ""), f"Split-{split}", "FeatureStats.pb")
+        path = statistics_file(artifacts.get("statistics", ""), split)
         if os.path.exists(path):
             stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(Path(path).read_bytes())
             for dataset in stats.datasets:
@@ -159,7 +142,7 @@ def _statistics_table(summary: RunSummary) -> str:
                     elif feature.HasField("string_stats"):
                         detail = f"{feature.string_stats.unique} distinct values"
                     rows.append([split, name, dataset.num_examples, common.num_missing, detail])
-        path = os.path.join(artifacts.get("anomalies", ""), f"Split-{split}", "SchemaDiff.pb")
+        path = anomalies_file(artifacts.get("anomalies", ""), split)
         if os.path.exists(path):
             found = anomalies_pb2.Anomalies.FromString(Path(path).read_bytes())
             anomalies += [

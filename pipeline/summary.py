@@ -32,6 +32,7 @@ from components.contract import (
     TRAINER_NODE,
     TRAINING_SUMMARY_FILE,
 )
+from components.tfx_files import statistics_file
 from components.trainer.training_summary import TrainingSummary, strict_from_json
 from pipeline.files import write_atomically
 
@@ -150,7 +151,7 @@ def record_counts(statistics_uri: str) -> dict[str, int]:
 
     counts = {}
     for split in (TRAIN_SPLIT, EVAL_SPLIT):
-        path = os.path.join(statistics_uri, f"Split-{split}", "FeatureStats.pb")
+        path = statistics_file(statistics_uri, split)
         if tf.io.gfile.exists(path):
             with tf.io.gfile.GFile(path, "rb") as handle:
                 stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(handle.read())

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from components.contract import TRAINER_NODE
 from pipeline.config import PipelineConfig, TrainingConfig, VertexConfig, cloud_pipeline_config
 from pipeline.tpu import tpu_worker
 
@@ -230,7 +231,7 @@ class Submission:
 
 def _trainer_settings(spec: dict) -> dict:
     """The Vertex Trainer's custom_config as compiled (project, region, CustomJob spec)."""
-    trainer = spec["root"]["dag"]["tasks"].get("Trainer", {})
+    trainer = spec["root"]["dag"]["tasks"].get(TRAINER_NODE, {})
     runtime_value = (
         trainer.get("inputs", {})
         .get("parameters", {})

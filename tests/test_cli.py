@@ -7,7 +7,7 @@ import pytest
 
 from components.trainer.config import TrainingConfig
 from pipeline import cli
-from pipeline.config import PipelineConfig
+from pipeline.config import DEFAULT_OUTPUT_DIR, PipelineConfig
 
 
 def test_run_without_options_builds_the_default_training_config():
@@ -50,5 +50,5 @@ def test_compile_keeps_library_output_off_the_console(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout == f"Compiled {output}\n"
     assert done.stderr == ""
-    (log,) = (tmp_path / cli.DEFAULT_OUTPUT_DIR / "logs").glob("compile-*.log")
+    (log,) = (tmp_path / DEFAULT_OUTPUT_DIR / "logs").glob("compile-*.log")
     assert "INFO" in log.read_text()
