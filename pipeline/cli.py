@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.resources
+import os
 import subprocess
 import sys
 import time
@@ -743,7 +744,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command not in LIBRARY_OUTPUT_TO_LOG:
         return args.func(args)
-    log_path = DEFAULT_OUTPUT_DIR / "logs" / f"{args.command}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    # The process id too: two commands started in the same second must not share a log.
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    log_path = DEFAULT_OUTPUT_DIR / "logs" / f"{args.command}-{stamp}.log"
     with library_log.to_file(log_path.resolve()):
         return args.func(args)
 
