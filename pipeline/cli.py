@@ -17,6 +17,7 @@ from pathlib import Path
 from components.trainer.config import MODELS, PRECISIONS, STRATEGIES, TrainingConfig
 from pipeline import exit_status, library_log
 from pipeline.config import DEFAULT_OUTPUT_DIR, DEFAULT_SERVING_DIR, PipelineConfig
+from pipeline.submission import SubmitError
 from pipeline.tpu import ACCEPTED_NAMES as TPU_NAMES
 from pipeline.vertex_runner import WAIT_RETRY_SECONDS
 
@@ -231,12 +232,12 @@ def _kubeflow_config(args: argparse.Namespace):
 
 
 def _vertex_config(args: argparse.Namespace):
-    from pipeline import vertex_runner
+    from pipeline import vertex_config
 
     missing = _vertex_target_args(args)
     if missing:
         raise ValueError(missing)
-    return vertex_runner.vertex_config(
+    return vertex_config.vertex_config(
         project=args.project,
         region=args.region,
         pipeline_root=args.pipeline_root,
@@ -252,7 +253,7 @@ def _vertex_config(args: argparse.Namespace):
         service_account=args.service_account,
         network=args.network,
         tpu_image=args.tpu_image,
-        labels=vertex_runner.parse_labels(args.label),
+        labels=vertex_config.parse_labels(args.label),
         enable_cache=not args.no_cache,
         **_shared_compile_settings(args),
     )
@@ -278,7 +279,7 @@ def _submit_kubeflow(args: argparse.Namespace) -> int:
             print(submission.describe())
             return exit_status.OK
         run_id = kubeflow_runner.submit(submission)
-    except kubeflow_runner.SubmitError as err:
+    except SubmitError as err:
         print(f"error: {err}", file=sys.stderr)
         return exit_status.BAD_INPUT
     print(
@@ -289,16 +290,16 @@ def _submit_kubeflow(args: argparse.Namespace) -> int:
 
 
 def _submit_vertex(args: argparse.Namespace) -> int:
-    from pipeline import vertex_runner
+    from pipeline import vertex_config, vertex_file, vertex_runner
 
     try:
-        submission = vertex_runner.load_submission(
+        submission = vertex_file.load_submission(
             Path(args.pipeline_file),
             args.project,
             args.region,
             args.service_account,
             args.network,
-            vertex_runner.parse_labels(args.label),
+            vertex_config.parse_labels(args.label),
             args.enable_caching,
         )
         if args.dry_run:
@@ -317,7 +318,7 @@ def _submit_vertex(args: argparse.Namespace) -> int:
             args.poll_seconds,
             args.wait_retry_seconds,
         )
-    except (vertex_runner.SubmitError, ValueError) as err:
+    except (SubmitError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return exit_status.BAD_INPUT
     except vertex_runner.LostContact as err:
@@ -345,9 +346,9 @@ def _compile_kubeflow(args: argparse.Namespace) -> int:
 
 
 def _compile_vertex(args: argparse.Namespace) -> int:
-    from pipeline import vertex_runner
+    from pipeline import vertex_compile
 
-    return _compile(args, _vertex_config, vertex_runner.compile_pipeline)
+    return _compile(args, _vertex_config, vertex_compile.compile_pipeline)
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
