@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from components.trainer.config import MODELS, PRECISIONS, STRATEGIES, TrainingConfig
@@ -328,15 +329,22 @@ def _submit_vertex(args: argparse.Namespace) -> int:
     return exit_status.OK if state == "PIPELINE_STATE_SUCCEEDED" else exit_status.ERROR
 
 
-def _compile(args: argparse.Namespace, make_config, compile_pipeline) -> int:
-    """The same topology for either target; only the configuration differs."""
+def _wrote(verb: str, write: Callable[[], Path], refused: type[Exception]) -> int:
+    """A command that writes one file: its path when written, one line when `refused`."""
     try:
-        path = compile_pipeline(make_config(args), Path(args.output))
-    except ValueError as err:
+        path = write()
+    except refused as err:
         print(f"error: {err}", file=sys.stderr)
         return exit_status.BAD_INPUT
-    print(f"Compiled {path}")
+    print(f"{verb} {path}")
     return exit_status.OK
+
+
+def _compile(args: argparse.Namespace, make_config, compile_pipeline) -> int:
+    """The same topology for either target; only the configuration differs."""
+    return _wrote(
+        "Compiled", lambda: compile_pipeline(make_config(args), Path(args.output)), ValueError
+    )
 
 
 def _compile_kubeflow(args: argparse.Namespace) -> int:
@@ -384,13 +392,9 @@ def cmd_local_kfp(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from pipeline import report
 
-    try:
-        path = report.build_report(Path(args.run_dir).resolve())
-    except FileNotFoundError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return exit_status.BAD_INPUT
-    print(f"Wrote {path}")
-    return exit_status.OK
+    return _wrote(
+        "Wrote", lambda: report.build_report(Path(args.run_dir).resolve()), FileNotFoundError
+    )
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
