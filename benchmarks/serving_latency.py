@@ -14,15 +14,15 @@ os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 import numpy as np
 
-from pipeline.cli import DEFAULT_OUTPUT_DIR
-from pipeline.predict import Classifier, _encode_png, newest_version
+from pipeline.config import DEFAULT_SERVING_DIR
+from pipeline.predict import Classifier, encode_png, newest_version
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model-dir", default=str(DEFAULT_OUTPUT_DIR / "serving" / "cifar10"))
+    parser.add_argument("--model-dir", default=str(DEFAULT_SERVING_DIR))
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--batches", type=int, default=20)
@@ -30,7 +30,7 @@ def main() -> None:
 
     classifier = Classifier(newest_version(args.model_dir))
     rng = np.random.default_rng(0)
-    pngs = [_encode_png(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)) for _ in range(256)]
+    pngs = [encode_png(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)) for _ in range(256)]
     for _ in range(5):  # warm-up: graph tracing and oneDNN kernel selection
         classifier.probabilities(pngs[:1])
         classifier.probabilities(pngs[: args.batch])

@@ -7,6 +7,8 @@ pipeline, CLI, benchmarks, tests) can depend on it cheaply.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 # tf.Example features written by Cifar10ExampleGen and read by every consumer.
 IMAGE_KEY = "image_raw"  # 3,072 bytes: 32x32x3 uint8, row-major HWC
 LABEL_KEY = "label"  # int64 in 0..NUM_CLASSES-1
@@ -54,3 +56,15 @@ PUSHER_NODE = "AtomicPusher"
 # Files the Trainer writes next to the model (model_run folder).
 HISTORY_FILE = "history.json"
 TRAINING_SUMMARY_FILE = "training_summary.json"
+
+# A served model version: a numbered folder under the serving directory that holds this
+# file. TF Serving loads a version once the file is there, so the pusher moves it last.
+SAVED_MODEL_FILE = "saved_model.pb"
+
+
+def newest_served_version(names: Iterable[str], holds_model: Callable[[str], bool]) -> str | None:
+    """The highest numbered folder among `names` for which `holds_model(name)` is true: the
+    version TF Serving serves. Staging folders, half-copied versions and other names are
+    not served. The caller lists and checks, so local paths and gs:// work alike."""
+    served = [n for n in (name.rstrip("/") for name in names) if n.isdigit() and holds_model(n)]
+    return max(served, key=int) if served else None

@@ -7,27 +7,26 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.resources
+import os
 import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from components.trainer.config import MODELS, PRECISIONS, STRATEGIES, TrainingConfig
-from pipeline import exit_status
-from pipeline.config import PipelineConfig
+from pipeline import exit_status, library_log
+from pipeline.config import DEFAULT_OUTPUT_DIR, DEFAULT_SERVING_DIR, PipelineConfig
+from pipeline.submission import SubmitError
 from pipeline.tpu import ACCEPTED_NAMES as TPU_NAMES
 from pipeline.vertex_runner import WAIT_RETRY_SECONDS
 
-# Relative to where the command runs (the checkout, for `make run`), never inside an install.
-DEFAULT_OUTPUT_DIR = Path("outputs")
 # kfp.local's environment in the checkout (Makefile: setup-kfp).
 KFP_VENV = ".venv-kfp"
-EXIT_OK = exit_status.OK
-EXIT_ERROR = exit_status.ERROR
-EXIT_BAD_INPUT = exit_status.BAD_INPUT
-EXIT_DATA_INVALID = exit_status.DATA_INVALID
-EXIT_NOT_BLESSED = exit_status.NOT_BLESSED
+# Commands whose libraries' console output (TensorFlow's C++ start-up errors, TFX and absl
+# logging) goes to DEFAULT_OUTPUT_DIR/logs; `run` keeps its own log in its output folder.
+LIBRARY_OUTPUT_TO_LOG = ("compile", "submit", "predict")
 
 
 def _default(config_class: type, name: str):
@@ -132,10 +131,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pipeline import data_source, local_runner, report_text
 
     known = (
-        (SourceError, EXIT_BAD_INPUT),
-        (PrecisionError, EXIT_BAD_INPUT),
-        (local_runner.OutputDirError, EXIT_BAD_INPUT),
-        (DataValidationError, EXIT_DATA_INVALID),
+        (SourceError, exit_status.BAD_INPUT),
+        (PrecisionError, exit_status.BAD_INPUT),
+        (local_runner.OutputDirError, exit_status.BAD_INPUT),
+        (DataValidationError, exit_status.DATA_INVALID),
     )
     output_dir = Path(args.output_dir).resolve()
     try:  # arguments, data location and every record: SourceError is a ValueError too
@@ -155,7 +154,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         counts = count_records(source)
     except (ValueError, data_source.DataSourceError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return exit_status.BAD_INPUT
     print(
         f"Data: {source} ({counts['train']} training and {counts['test']} test records, "
         f"checked in {time.time() - checking:.1f}s)\nOutput: {output_dir}",
@@ -177,13 +176,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"error: {type(err).__name__}: {err}\n(see the log file above for details)",
             file=sys.stderr,
         )
-        return EXIT_ERROR
+        return exit_status.ERROR
     print(report_text.render(facts))
     if report_path:
         print(f"report         {report_path}")
     if facts.blessed is False:
-        return EXIT_NOT_BLESSED
-    return EXIT_OK
+        return exit_status.NOT_BLESSED
+    return exit_status.OK
 
 
 def _write_report(output_dir: Path) -> Path | None:
@@ -234,11 +233,12 @@ def _kubeflow_config(args: argparse.Namespace):
 
 
 def _vertex_config(args: argparse.Namespace):
-    from pipeline import vertex_runner
+    from pipeline import vertex_config
 
-    if _vertex_target_args(args):
-        raise ValueError(_vertex_target_args(args))
-    return vertex_runner.vertex_config(
+    missing = _vertex_target_args(args)
+    if missing:
+        raise ValueError(missing)
+    return vertex_config.vertex_config(
         project=args.project,
         region=args.region,
         pipeline_root=args.pipeline_root,
@@ -254,7 +254,7 @@ def _vertex_config(args: argparse.Namespace):
         service_account=args.service_account,
         network=args.network,
         tpu_image=args.tpu_image,
-        labels=vertex_runner.parse_labels(args.label),
+        labels=vertex_config.parse_labels(args.label),
         enable_cache=not args.no_cache,
         **_shared_compile_settings(args),
     )
@@ -269,7 +269,7 @@ def _shared_compile_settings(args: argparse.Namespace) -> dict:
     }
 
 
-def cmd_submit_kubeflow(args: argparse.Namespace) -> int:
+def _submit_kubeflow(args: argparse.Namespace) -> int:
     from pipeline import kubeflow_runner
 
     try:
@@ -278,75 +278,93 @@ def cmd_submit_kubeflow(args: argparse.Namespace) -> int:
         )
         if args.dry_run:
             print(submission.describe())
-            return EXIT_OK
+            return exit_status.OK
         run_id = kubeflow_runner.submit(submission)
-    except kubeflow_runner.SubmitError as err:
+    except SubmitError as err:
         print(f"error: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return exit_status.BAD_INPUT
     print(
         f"Submitted run {run_id} ('{submission.run_name}', experiment "
         f"'{submission.experiment}')\n{submission.host}/#/runs/details/{run_id}"
     )
-    return EXIT_OK
+    return exit_status.OK
 
 
-def cmd_compile(args: argparse.Namespace) -> int:
-    """The same topology for either target; only the configuration differs."""
-    from pipeline import kubeflow_runner, vertex_runner
+def _submit_vertex(args: argparse.Namespace) -> int:
+    from pipeline import vertex_config, vertex_file, vertex_runner
 
-    target = {
-        "kubeflow": (_kubeflow_config, kubeflow_runner.compile_pipeline),
-        "vertex": (_vertex_config, vertex_runner.compile_pipeline),
-    }
-    make_config, compile_pipeline = target[args.target]
     try:
-        path = compile_pipeline(make_config(args), Path(args.output))
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    print(f"Compiled {path}")
-    return EXIT_OK
-
-
-def cmd_submit(args: argparse.Namespace) -> int:
-    from pipeline import vertex_runner
-
-    if args.target == "kubeflow":
-        return cmd_submit_kubeflow(args)
-    try:
-        submission = vertex_runner.load_submission(
+        submission = vertex_file.load_submission(
             Path(args.pipeline_file),
             args.project,
             args.region,
             args.service_account,
             args.network,
-            vertex_runner.parse_labels(args.label),
+            vertex_config.parse_labels(args.label),
             args.enable_caching,
         )
         if args.dry_run:
             print(submission.describe())
-            return EXIT_OK
+            return exit_status.OK
         job = vertex_runner.submit(submission, args.api_endpoint)
         print(
             f"Submitted {job.resource_name}\n{vertex_runner.console_url(job.resource_name)}",
             flush=True,
         )
         if not args.wait:
-            return EXIT_OK
+            return exit_status.OK
         state = vertex_runner.wait(
             job,
             lambda line: print(line, file=sys.stderr, flush=True),
             args.poll_seconds,
             args.wait_retry_seconds,
         )
-    except (vertex_runner.SubmitError, ValueError) as err:
+    except (SubmitError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return exit_status.BAD_INPUT
     except vertex_runner.LostContact as err:
         print(f"error: {err}", file=sys.stderr)
         return exit_status.LOST_CONTACT
     print(f"PipelineJob {submission.display_name} ended: {state}")
-    return EXIT_OK if state == "PIPELINE_STATE_SUCCEEDED" else EXIT_ERROR
+    return exit_status.OK if state == "PIPELINE_STATE_SUCCEEDED" else exit_status.ERROR
+
+
+def _wrote(verb: str, write: Callable[[], Path], refused: type[Exception]) -> int:
+    """A command that writes one file: its path when written, one line when `refused`."""
+    try:
+        path = write()
+    except refused as err:
+        print(f"error: {err}", file=sys.stderr)
+        return exit_status.BAD_INPUT
+    print(f"{verb} {path}")
+    return exit_status.OK
+
+
+def _compile(args: argparse.Namespace, make_config, compile_pipeline) -> int:
+    """The same topology for either target; only the configuration differs."""
+    return _wrote(
+        "Compiled", lambda: compile_pipeline(make_config(args), Path(args.output)), ValueError
+    )
+
+
+def _compile_kubeflow(args: argparse.Namespace) -> int:
+    from pipeline import kubeflow_runner
+
+    return _compile(args, _kubeflow_config, kubeflow_runner.compile_pipeline)
+
+
+def _compile_vertex(args: argparse.Namespace) -> int:
+    from pipeline import vertex_compile
+
+    return _compile(args, _vertex_config, vertex_compile.compile_pipeline)
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    return {"kubeflow": _compile_kubeflow, "vertex": _compile_vertex}[args.target](args)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    return {"kubeflow": _submit_kubeflow, "vertex": _submit_vertex}[args.target](args)
 
 
 def cmd_local_kfp(args: argparse.Namespace) -> int:
@@ -362,7 +380,7 @@ def cmd_local_kfp(args: argparse.Namespace) -> int:
     ):
         if not needed.exists():
             print(f"error: {needed} not found: {hint} (see README, Kubeflow)", file=sys.stderr)
-            return EXIT_BAD_INPUT
+            return exit_status.BAD_INPUT
     command = [str(kfp_python), "-m", "pipeline.kfp_local", args.pipeline_file]
     command += ["--target", args.target, "--output-dir", args.output_dir]
     command += ["--python", sys.executable, "--dockerfile", str(dockerfile)]
@@ -374,13 +392,9 @@ def cmd_local_kfp(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from pipeline import report
 
-    try:
-        path = report.build_report(Path(args.run_dir).resolve())
-    except FileNotFoundError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    print(f"Wrote {path}")
-    return EXIT_OK
+    return _wrote(
+        "Wrote", lambda: report.build_report(Path(args.run_dir).resolve()), FileNotFoundError
+    )
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -389,16 +403,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return predict.main(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="cifar10-pipeline",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="exit status: 0 ok, 1 unexpected error, 2 bad input, 3 data failed "
-        "validation, 4 model not blessed",
-    )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _add_run_parser(commands: argparse._SubParsersAction) -> None:
+    """Run locally: data, output folder, training and gate."""
     run = commands.add_parser(
         "run",
         help="run the whole pipeline locally (Beam DirectRunner, SQLite metadata)",
@@ -433,7 +439,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gate_args(run)
     run.set_defaults(func=cmd_run)
 
-    compile_parser = commands.add_parser(
+
+def _add_compile_parser(commands: argparse._SubParsersAction) -> None:
+    """Compile for either target; each target's own settings are groups of their own."""
+    parser = commands.add_parser(
         "compile",
         help="compile the pipeline for Vertex AI or Kubeflow Pipelines "
         "(KubeflowV2DagRunner, KFP v2 YAML)",
@@ -443,53 +452,65 @@ def build_parser() -> argparse.ArgumentParser:
         "Dataflow and the Pusher deploying to a Vertex endpoint. Kubeflow: the "
         "Trainer in its own pod with the --trainer-* requests.",
     )
-    compile_parser.add_argument("--target", choices=["vertex", "kubeflow"], default="vertex")
-    compile_parser.add_argument("--project", help="Google Cloud project id (vertex)")
-    compile_parser.add_argument("--region", help="e.g. us-central1 (vertex)")
-    compile_parser.add_argument(
+    parser.add_argument("--target", choices=["vertex", "kubeflow"], default="vertex")
+    parser.add_argument("--project", help="Google Cloud project id (vertex)")
+    parser.add_argument("--region", help="e.g. us-central1 (vertex)")
+    parser.add_argument(
         "--pipeline-root",
         required=True,
         metavar="URI",
         help="folder for artifacts and pushed models: gs:// (vertex), gs:// or s3:// (kubeflow)",
     )
-    compile_parser.add_argument(
+    parser.add_argument(
         "--image", required=True, help="pipeline image built from this repo's Dockerfile"
     )
-    compile_parser.add_argument(
+    parser.add_argument(
         "--data",
         required=True,
         metavar="URI",
         help="CIFAR-10 archive or folder in the same kind of store",
     )
-    compile_parser.add_argument(
+    parser.add_argument(
         "--data-fingerprint",
         default="",
         help="change this when the data at --data changes, so that Vertex caching re-ingests it",
     )
-    compile_parser.add_argument(
+    parser.add_argument(
         "--tpu-type",
         default="v2-8",
         help=f"Cloud TPU of the training worker: {', '.join(TPU_NAMES)} (default: %(default)s)",
     )
-    compile_parser.add_argument(
+    parser.add_argument(
         "--tpu-image",
         default="",
         help="image of the TPU training job (Dockerfile target tpu-trainer; default: --image)",
     )
-    compile_parser.add_argument(
+    parser.add_argument(
         "--tpu-cores", type=int, help="optional check: the TPU's cores (v2/v3) or chips (v5e)"
     )
-    compile_parser.add_argument(
+    parser.add_argument(
         "--dataflow-region", default="", help="run the Beam steps on Dataflow in this region"
     )
-    compile_parser.add_argument("--dataflow-temp-location", default="", metavar="GS_URI")
-    compile_parser.add_argument(
+    parser.add_argument("--dataflow-temp-location", default="", metavar="GS_URI")
+    parser.add_argument(
         "--endpoint",
         default="",
         help="deploy the blessed model to this Vertex endpoint "
         "instead of pushing to <pipeline-root>/serving",
     )
-    kubeflow = compile_parser.add_argument_group("kubeflow: the Trainer pod's requests")
+    _add_kubeflow_pod_args(parser)
+    parser.add_argument(
+        "--output", default="pipeline.yaml", help="file to write (default: %(default)s)"
+    )
+    _add_cloud_args(parser)
+    _add_training_args(parser)
+    _add_gate_args(parser)
+    parser.set_defaults(func=cmd_compile)
+
+
+def _add_kubeflow_pod_args(parser: argparse.ArgumentParser) -> None:
+    """The Trainer pod's requests; only `compile --target kubeflow` reads them."""
+    kubeflow = parser.add_argument_group("kubeflow: the Trainer pod's requests")
     kubeflow.add_argument(
         "--trainer-cpu", type=float, default=0.0, metavar="VCPU", help="CPU request (default: none)"
     )
@@ -512,10 +533,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="nvidia.com/gpu",
         help="Kubernetes resource name of the accelerator (default: %(default)s)",
     )
-    compile_parser.add_argument(
-        "--output", default="pipeline.yaml", help="file to write (default: %(default)s)"
-    )
-    cloud = compile_parser.add_argument_group("cloud settings")
+
+
+def _add_cloud_args(parser: argparse.ArgumentParser) -> None:
+    """Settings of the Vertex training job and its Dataflow workers."""
+    cloud = parser.add_argument_group("cloud settings")
     cloud.add_argument(
         "--beam-arg",
         action="append",
@@ -547,19 +569,38 @@ def build_parser() -> argparse.ArgumentParser:
     cloud.add_argument(
         "--no-cache", action="store_true", help="compile every step with caching off"
     )
-    _add_training_args(compile_parser)
-    _add_gate_args(compile_parser)
-    compile_parser.set_defaults(func=cmd_compile)
 
-    submit_parser = commands.add_parser(
+
+def _add_submit_parser(commands: argparse._SubParsersAction) -> None:
+    """Submit a compiled file; each target's settings are a group of their own."""
+    parser = commands.add_parser(
         "submit",
         help="submit a compiled pipeline to Vertex AI or Kubeflow Pipelines",
         description="Creates a Vertex AI PipelineJob (google-cloud-aiplatform), or a Kubeflow "
         "Pipelines run (kfp Client), from a file written by `compile`.",
     )
-    submit_parser.add_argument("pipeline_file", metavar="PIPELINE_FILE")
-    submit_parser.add_argument("--target", choices=["vertex", "kubeflow"], default="vertex")
-    vertex = submit_parser.add_argument_group("vertex")
+    parser.add_argument("pipeline_file", metavar="PIPELINE_FILE")
+    parser.add_argument("--target", choices=["vertex", "kubeflow"], default="vertex")
+    _add_vertex_submit_args(parser)
+    kubeflow = parser.add_argument_group("kubeflow")
+    kubeflow.add_argument("--host", default="", help="KFP API URL, e.g. http://localhost:8080")
+    kubeflow.add_argument(
+        "--namespace", default="", help="profile namespace on multi-user clusters"
+    )
+    kubeflow.add_argument("--experiment", default="", help="default: the pipeline name")
+    kubeflow.add_argument("--run-name", default="", help="default: <pipeline>-<timestamp>")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate the file and print what would be submitted; no network",
+    )
+    parser.add_argument("--api-endpoint", default="", help=argparse.SUPPRESS)
+    parser.set_defaults(func=cmd_submit)
+
+
+def _add_vertex_submit_args(parser: argparse.ArgumentParser) -> None:
+    """What `submit --target vertex` may override in the compiled file, and --wait."""
+    vertex = parser.add_argument_group("vertex")
     vertex.add_argument(
         "--project", default="", help="default: the compiled one; a different one is refused"
     )
@@ -605,21 +646,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --wait: how long to keep polling through network or server errors before "
         "giving up with exit status 5; the job runs on (default: %(default)s)",
     )
-    kubeflow = submit_parser.add_argument_group("kubeflow")
-    kubeflow.add_argument("--host", default="", help="KFP API URL, e.g. http://localhost:8080")
-    kubeflow.add_argument(
-        "--namespace", default="", help="profile namespace on multi-user clusters"
-    )
-    kubeflow.add_argument("--experiment", default="", help="default: the pipeline name")
-    kubeflow.add_argument("--run-name", default="", help="default: <pipeline>-<timestamp>")
-    submit_parser.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="validate the file and print what would be submitted; no network",
-    )
-    submit_parser.add_argument("--api-endpoint", default="", help=argparse.SUPPRESS)
-    submit_parser.set_defaults(func=cmd_submit)
 
+
+def _add_local_kfp_parser(commands: argparse._SubParsersAction) -> None:
+    """Run a compiled file under kfp.local."""
     local_kfp = commands.add_parser(
         "local-kfp",
         help="run a compiled pipeline file here under kfp.local, before building an image",
@@ -642,6 +672,9 @@ def build_parser() -> argparse.ArgumentParser:
     local_kfp.add_argument("--kfp-python", default="", help=argparse.SUPPRESS)
     local_kfp.set_defaults(func=cmd_local_kfp)
 
+
+def _add_report_parser(commands: argparse._SubParsersAction) -> None:
+    """(Re)write a run's HTML report."""
     report_parser = commands.add_parser(
         "report",
         help="(re)write RUN_DIR/report.html from a finished run",
@@ -653,6 +686,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report_parser.set_defaults(func=cmd_report)
 
+
+def _add_predict_parser(commands: argparse._SubParsersAction) -> None:
+    """Classify images with the pushed model."""
     predict_parser = commands.add_parser(
         "predict",
         help="classify image files with the newest pushed model, on CPU",
@@ -662,7 +698,7 @@ def build_parser() -> argparse.ArgumentParser:
     predict_parser.add_argument("images", nargs="*", metavar="IMAGE")
     predict_parser.add_argument(
         "--model-dir",
-        default=str(DEFAULT_OUTPUT_DIR / "serving" / "cifar10"),
+        default=str(DEFAULT_SERVING_DIR),
         help="folder of numbered versions, or one version (default: %(default)s)",
     )
     predict_parser.add_argument("--top", type=int, default=3, help="classes to show per image")
@@ -680,6 +716,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     predict_parser.add_argument("--json", action="store_true", help="print JSON lines")
     predict_parser.set_defaults(func=cmd_predict)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cifar10-pipeline",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit status: 0 ok, 1 unexpected error, 2 bad input, 3 data failed "
+        "validation, 4 model not blessed",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    for add_parser in (
+        _add_run_parser,
+        _add_compile_parser,
+        _add_submit_parser,
+        _add_local_kfp_parser,
+        _add_report_parser,
+        _add_predict_parser,
+    ):
+        add_parser(commands)
     return parser
 
 
@@ -690,7 +747,13 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=UserWarning, module="google")
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    if args.command not in LIBRARY_OUTPUT_TO_LOG:
+        return args.func(args)
+    # The process id too: two commands started in the same second must not share a log.
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    log_path = DEFAULT_OUTPUT_DIR / "logs" / f"{args.command}-{stamp}.log"
+    with library_log.to_file(log_path.resolve()):
+        return args.func(args)
 
 
 if __name__ == "__main__":

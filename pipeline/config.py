@@ -15,6 +15,10 @@ SCHEMA_PATH = Path(str(importlib.resources.files("cifar10_data") / "schema" / "s
 # by its path inside that image.
 CONTAINER_PROJECT_ROOT = "/pipeline"
 CONTAINER_SCHEMA_PATH = f"{CONTAINER_PROJECT_ROOT}/data/schema/schema.pbtxt"
+# Relative to where a command runs (the checkout, for `make run`), never inside an install:
+# `run` writes there, `predict` and the serving benchmark read the model it pushed.
+DEFAULT_OUTPUT_DIR = Path("outputs")
+DEFAULT_SERVING_DIR = DEFAULT_OUTPUT_DIR / "serving" / "cifar10"
 
 
 @dataclass(frozen=True)

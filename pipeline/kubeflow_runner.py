@@ -4,11 +4,8 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import sys
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,16 +16,20 @@ from pipeline.config import (
     TrainingConfig,
     cloud_pipeline_config,
 )
+from pipeline.files import write_atomically
+from pipeline.submission import (
+    SubmitError,
+    container_images,
+    dated_name,
+    has_dag,
+    pipeline_name,
+)
 
 # Where the Dockerfile puts this project inside the pipeline image.
 # TFX components open artifacts themselves with tf.io.gfile: gs:// is built in, s3://
 # (AWS S3 or MinIO through S3_ENDPOINT) needs tensorflow-io in the image.
 ARTIFACT_STORE_SCHEMES = ("gs://", "s3://")
 YAML_SUFFIXES = (".yaml", ".yml")
-
-
-class SubmitError(RuntimeError):
-    """Submission failed; the message is one line that says why."""
 
 
 def _artifact_store_uri(flag: str, uri: str) -> str:
@@ -129,18 +130,7 @@ def write_pipeline_yaml(spec: dict[str, Any], output: Path) -> Path:
     import yaml
 
     output = _yaml_output(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile(
-        "w", dir=output.parent, prefix=f".{output.name}.", delete=False
-    )
-    try:
-        with handle:
-            yaml.safe_dump(spec, handle, sort_keys=True)
-        os.replace(handle.name, output)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
-    return output
+    return write_atomically(output, yaml.safe_dump(spec, sort_keys=True))
 
 
 def compile_pipeline(config: PipelineConfig, output: Path) -> Path:
@@ -173,11 +163,7 @@ def load_pipeline_spec(path: Path) -> dict[str, Any]:
     except (OSError, yaml.YAMLError, json_format.ParseError, TypeError, AttributeError) as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise SubmitError(f"{path}: not a readable KFP pipeline YAML ({reason})") from err
-    if (
-        not isinstance(spec, dict)
-        or not spec.get("root", {}).get("dag", {}).get("tasks")
-        or "deploymentSpec" not in spec
-    ):
+    if not has_dag(spec):
         raise SubmitError(
             f"{path}: not a compiled pipeline (no root DAG); create it with "
             "`cifar10-pipeline compile --target kubeflow`"
@@ -203,13 +189,7 @@ class Submission:
 
     def describe(self) -> str:
         tasks = sorted(self.spec["root"]["dag"]["tasks"])
-        images = sorted(
-            {
-                e.get("container", {}).get("image", "")
-                for e in self.spec["deploymentSpec"]["executors"].values()
-            }
-            - {""}
-        )
+        images = container_images(self.spec)
         return "\n".join(
             [
                 f"would create run '{self.run_name}'",
@@ -232,13 +212,13 @@ def load_submission(
             f"--host must be the KFP API URL, e.g. http://localhost:8080, got '{host}'"
         )
     spec = load_pipeline_spec(path)
-    name = re.sub(r"[^a-z0-9-]", "-", spec.get("pipelineInfo", {}).get("name", "cifar10").lower())
+    name = pipeline_name(spec)
     return Submission(
         pipeline_file=Path(path),
         host=host.rstrip("/"),
         namespace=namespace,
         experiment=experiment or name,
-        run_name=run_name or f"{name}-{time.strftime('%Y%m%d-%H%M%S')}",
+        run_name=run_name or dated_name(name),
         pipeline_root=spec.get("defaultPipelineRoot", ""),
         spec=spec,
     )

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from components.progress import PROGRESS_LOGGER
+from pipeline import library_log
 from pipeline.config import PipelineConfig, TrainingConfig
 from pipeline.summary import RunSummary
 
@@ -127,56 +128,32 @@ class _ProgressPrinter(logging.Handler):
 def _logs_to_file(path: Path) -> Iterator[None]:
     """Full TFX/Beam logs go to a file; the console gets one line per component and the
     components' progress lines."""
-    from absl import logging as absl_logging
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    root = logging.getLogger()
     progress_logger = logging.getLogger(PROGRESS_LOGGER)
-    file_handler = logging.FileHandler(path)
-    file_handler.setLevel(logging.INFO)  # live progress updates stay off the file
-    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    progress = _ProgressPrinter()
-    saved_level, saved_handlers = root.level, list(root.handlers)
     saved_progress_level = progress_logger.level
-    for handler in saved_handlers:
-        root.removeHandler(handler)
-    # TensorFlow gives its logger a console handler of its own when it is imported before the
-    # root logger has one; during the run its lines belong in the file like everyone else's.
-    tf_logger = logging.getLogger("tensorflow")
-    saved_tf_handlers = list(tf_logger.handlers)
-    for handler in saved_tf_handlers:
-        tf_logger.removeHandler(handler)
-    root.addHandler(file_handler)
-    root.addHandler(progress)
-    root.setLevel(logging.INFO)
-    progress_logger.setLevel(logging.DEBUG if sys.stderr.isatty() else logging.INFO)
-    absl_logging.set_verbosity(absl_logging.INFO)
-    try:
-        yield
-    finally:
-        root.removeHandler(file_handler)
-        root.removeHandler(progress)
-        file_handler.close()
-        root.setLevel(saved_level)
-        progress_logger.setLevel(saved_progress_level)
-        for handler in saved_handlers:
-            root.addHandler(handler)
-        for handler in saved_tf_handlers:
-            tf_logger.addHandler(handler)
+    with library_log.to_file(path):
+        progress = _ProgressPrinter()  # after to_file: sys.stderr is the console's now
+        logging.getLogger().addHandler(progress)
+        progress_logger.setLevel(logging.DEBUG if sys.stderr.isatty() else logging.INFO)
+        try:
+            yield
+        finally:
+            logging.getLogger().removeHandler(progress)
+            progress_logger.setLevel(saved_progress_level)
 
 
 def run(config: PipelineConfig, output_dir: Path) -> RunSummary:
     """Runs the pipeline and returns (and writes) the run summary."""
-    from tfx import v1 as tfx
-
-    from pipeline import summary
-    from pipeline.topology import create_pipeline
-
     started = time.time()
     log_path = output_dir / "logs" / f"run-{time.strftime('%Y%m%d-%H%M%S')}.log"
     print(f"Full logs: {log_path}", file=sys.stderr)
     failure: BaseException | None = None
     with _logs_to_file(log_path):
+        # Imported here: TensorFlow's start-up errors belong in the log too.
+        from tfx import v1 as tfx
+
+        from pipeline import summary
+        from pipeline.topology import create_pipeline
+
         try:
             tfx.orchestration.LocalDagRunner().run(create_pipeline(config))
         except BaseException as err:  # summarise what did run, then re-raise

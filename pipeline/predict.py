@@ -11,6 +11,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from components.contract import SAVED_MODEL_FILE, newest_served_version
 from pipeline import exit_status
 
 ACCEPTED_FORMATS = ("PNG", "JPEG")
@@ -24,23 +25,21 @@ class ModelNotFoundError(RuntimeError):
 def newest_version(model_dir: str) -> Path:
     """`model_dir` itself if it is a SavedModel, else its highest numbered version."""
     root = Path(model_dir)
-    if (root / "saved_model.pb").exists():
+    if (root / SAVED_MODEL_FILE).exists():
         return root
-    versions = (
-        sorted(
-            (int(p.name), p)
-            for p in root.glob("*")
-            if p.name.isdigit() and (p / "saved_model.pb").exists()
+    version = (
+        newest_served_version(
+            (p.name for p in root.iterdir()), lambda name: (root / name / SAVED_MODEL_FILE).exists()
         )
         if root.is_dir()
-        else []
+        else None
     )
-    if not versions:
+    if version is None:
         raise ModelNotFoundError(
             f"{model_dir}: no pushed model version found; run `cifar10-pipeline run` first "
             "or pass --model-dir"
         )
-    return versions[-1][1]
+    return root / version
 
 
 def check_image(path: str) -> bytes:
@@ -102,7 +101,8 @@ class Classifier:
         return results
 
 
-def _encode_png(image) -> bytes:
+def encode_png(image) -> bytes:
+    """PNG bytes of an HWC uint8 array: what `serving_default` takes."""
     from PIL import Image
 
     buffer = io.BytesIO()
@@ -118,7 +118,7 @@ def _eval_images(args: argparse.Namespace):
 
     if args.data:
         return load_arrays(data_source.resolve(args.data))["eval"]
-    from pipeline.report import read_split
+    from pipeline.examples import read_split
     from pipeline.summary import RunSummary
 
     run_dir = Path(args.model_dir).resolve().parent.parent
@@ -151,7 +151,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"error: {err}", file=sys.stderr)
             return exit_status.BAD_INPUT
         chosen = list(range(0, len(labels), max(1, len(labels) // args.samples)))[: args.samples]
-        probabilities = classifier.probabilities([_encode_png(images[i]) for i in chosen])
+        probabilities = classifier.probabilities([encode_png(images[i]) for i in chosen])
         correct = 0
         for index, row in zip(chosen, probabilities):
             predicted, truth = LABEL_NAMES[row.argmax()], LABEL_NAMES[labels[index]]

@@ -9,7 +9,6 @@ sample: sample images per class, and the most confident mistakes among the first
 from __future__ import annotations
 
 import base64
-import html
 import io
 import os
 from pathlib import Path
@@ -27,9 +26,13 @@ from components.contract import (
     PROBABILITIES_KEY,
     TRAIN_SPLIT,
 )
+from components.tfx_files import anomalies_file, statistics_file
+from pipeline.examples import read_split
+from pipeline.files import write_atomically
 from pipeline.summary import RunSummary
 
 REPORT_FILE = "report.html"
+REPORT_TEMPLATE = "report.html"  # in pipeline/templates/
 SAMPLES_PER_CLASS = 8
 SAMPLE_RECORDS = 1000  # train records read for the sample grid
 MISTAKES_SAMPLE = 1000  # eval records the exported model classifies for the mistakes panel
@@ -49,37 +52,6 @@ def _png_data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode()
 
 
-def _img(uri: str, alt: str) -> str:
-    return f'<img src="{uri}" alt="{html.escape(alt)}">'
-
-
-def _table(header: list[str], rows: list[list[Any]]) -> str:
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows
-    )
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-
-def read_split(
-    examples_uri: str, split: str, limit: int | None = None
-) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
-    """The first `limit` records of a split (all of them without a limit), in file order."""
-    import tensorflow as tf
-
-    from components.trainer import data
-
-    files = sorted(tf.io.gfile.glob(os.path.join(examples_uri, f"Split-{split}", "*")))
-    records = tf.data.TFRecordDataset(files, compression_type="GZIP")
-    if limit is not None:
-        records = records.take(limit)
-    serialized = [r.numpy() for r in records]
-    if not serialized:
-        return np.zeros((0, *IMAGE_SHAPE), np.uint8), np.zeros(0, np.int64), []
-    images, labels = data.decode_examples(tf.constant(serialized))
-    return images.numpy(), labels.numpy(), serialized
-
-
 def _tile(image: np.ndarray) -> str:
     """One image as a PNG data URI, encoded by Pillow: a grid of these renders in
     milliseconds, where a matplotlib axes per image took seconds per grid."""
@@ -90,18 +62,12 @@ def _tile(image: np.ndarray) -> str:
     return _png_data_uri(buffer.getvalue())
 
 
-def _grid(images: np.ndarray, columns: int, captions: list[str]) -> str:
-    """An HTML table of images, `columns` per row, each above its caption."""
-    cells = [
-        f'<td><img class="tile" src="{_tile(image)}" alt="{html.escape(caption)}">'
-        f"<br>{html.escape(caption)}</td>"
-        for image, caption in zip(images, captions)
-    ]
-    rows = ["".join(cells[i : i + columns]) for i in range(0, len(cells), columns)]
-    return "<table class='grid'>" + "".join(f"<tr>{row}</tr>" for row in rows) + "</table>"
+def _tiles(images: np.ndarray, captions: list[str]) -> list[tuple[str, str]]:
+    """(PNG data URI, caption) per image, for the template's grid."""
+    return [(_tile(image), caption) for image, caption in zip(images, captions)]
 
 
-def data_section(summary: RunSummary, train) -> str:
+def data_section(summary: RunSummary, train) -> dict[str, Any]:
     import matplotlib.pyplot as plt
 
     chart = ""
@@ -111,32 +77,33 @@ def data_section(summary: RunSummary, train) -> str:
         axis.bar(np.arange(NUM_CLASSES), [per_class.get(i, 0) for i in range(NUM_CLASSES)])
         axis.set_xticks(np.arange(NUM_CLASSES), LABEL_NAMES, rotation=30, fontsize=8)
         axis.set_ylabel("eval records")
-        chart = _img(_png(figure), "eval records per class")
+        chart = _png(figure)
     images, labels, _ = train
     samples, captions = [], []
     for label in range(NUM_CLASSES):
         chosen = np.flatnonzero(labels == label)[:SAMPLES_PER_CLASS]
         samples.extend(images[chosen])
         captions.extend([LABEL_NAMES[label]] * len(chosen))
-    grid = _grid(np.array(samples), SAMPLES_PER_CLASS, captions) if samples else ""
-    stats = _statistics_table(summary)
-    counts = ", ".join(f"{split} {count}" for split, count in summary.record_counts.items())
-    return (
-        f"<h2>Data</h2><p>Records per split: {counts} "
-        f"(source {html.escape(str(summary.source))})</p>"
-        f"{chart}<h3>Sample images per class (train)</h3>"
-        f"{grid or '<p>no images</p>'}"
-        f"<h3>TFDV statistics and anomalies</h3>{stats}"
-    )
+    statistics, anomalies = _statistics_rows(summary)
+    return {
+        "counts": ", ".join(f"{split} {count}" for split, count in summary.record_counts.items()),
+        "source": str(summary.source),
+        "chart": chart,
+        "tiles": _tiles(np.array(samples), captions) if samples else [],
+        "columns": SAMPLES_PER_CLASS,
+        "statistics": statistics,
+        "anomalies": anomalies,
+    }
 
 
-def _statistics_table(summary: RunSummary) -> str:
+def _statistics_rows(summary: RunSummary) -> tuple[list[list[Any]], list[list[Any]]]:
+    """One row per split and feature from StatisticsGen, one per anomaly found."""
     from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
 
     artifacts = summary.artifacts
     rows, anomalies = [], []
     for split in (TRAIN_SPLIT, EVAL_SPLIT):
-        path = os.path.join(artifacts.get("statistics", ""), f"Split-{split}", "FeatureStats.pb")
+        path = statistics_file(artifacts.get("statistics", ""), split)
         if os.path.exists(path):
             stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(Path(path).read_bytes())
             for dataset in stats.datasets:
@@ -158,28 +125,23 @@ def _statistics_table(summary: RunSummary) -> str:
                     elif feature.HasField("string_stats"):
                         detail = f"{feature.string_stats.unique} distinct values"
                     rows.append([split, name, dataset.num_examples, common.num_missing, detail])
-        path = os.path.join(artifacts.get("anomalies", ""), f"Split-{split}", "SchemaDiff.pb")
+        path = anomalies_file(artifacts.get("anomalies", ""), split)
         if os.path.exists(path):
             found = anomalies_pb2.Anomalies.FromString(Path(path).read_bytes())
             anomalies += [
                 [split, name, info.short_description or info.description]
                 for name, info in found.anomaly_info.items()
             ]
-    table = _table(["split", "feature", "examples", "missing", "values"], rows)
-    listed = (
-        _table(["split", "feature", "anomaly"], anomalies)
-        if anomalies
-        else "<p class='ok'>No anomalies against the curated schema.</p>"
-    )
-    return table + listed
+    return rows, anomalies
 
 
-def training_section(summary: RunSummary) -> str:
+def training_section(summary: RunSummary) -> dict[str, Any] | None:
+    """None when the Trainer did not run."""
     import matplotlib.pyplot as plt
 
     history, training = summary.history, summary.training
     if not history:
-        return "<h2>Training</h2><p>The Trainer did not run.</p>"
+        return None
     epochs = [e["epoch"] for e in history]
     figure, (loss_axis, acc_axis, lr_axis) = plt.subplots(1, 3, figsize=(12, 3))
     for key, label in (("loss", "train"), ("val_loss", "eval")):
@@ -208,56 +170,34 @@ def training_section(summary: RunSummary) -> str:
         for e in history
     ]
     setup = (
-        ""
+        None
         if training is None
-        else _table(
-            [
-                "model",
-                "strategy",
-                "replicas",
-                "per-replica batch",
-                "global batch",
-                "epochs",
-                "precision",
-                "training FLOPs",
-                "fit seconds",
-                "resumed from epoch",
-            ],
-            [
-                [
-                    training.model,
-                    training.strategy,
-                    training.replicas,
-                    training.per_replica_batch_size,
-                    training.global_batch_size,
-                    training.epochs,
-                    f"{training.precision} ({training.precision_reason})",
-                    f"{training.training_flops:.2e}",
-                    training.fit_seconds,
-                    training.resumed_from_epoch,
-                ]
-            ],
-        )
+        else [
+            training.model,
+            training.strategy,
+            training.replicas,
+            training.per_replica_batch_size,
+            training.global_batch_size,
+            training.epochs,
+            f"{training.precision} ({training.precision_reason})",
+            f"{training.training_flops:.2e}",
+            training.fit_seconds,
+            training.resumed_from_epoch,
+        ]
     )
-    return f"<h2>Training</h2>{setup}{_img(_png(figure), 'training curves')}" + _table(
-        ["epoch", "seconds", "loss", "accuracy", "eval accuracy", "learning rate"], rows
-    )
+    return {"setup": setup, "curves": _png(figure), "epochs": rows}
 
 
-def evaluation_section(summary: RunSummary) -> str:
+def evaluation_section(summary: RunSummary) -> dict[str, Any] | None:
+    """None when the Evaluator did not run; `mistakes` None when no model or records were
+    there to classify."""
     import matplotlib.pyplot as plt
     import tensorflow as tf
 
     evaluation = summary.evaluation
     if evaluation is None or evaluation.eval_accuracy is None:
-        return "<h2>Evaluation</h2><p>The Evaluator did not run.</p>"
+        return None
     gate = summary.accuracy_gate
-    header = (
-        f"<h2>Evaluation</h2><p>Overall accuracy (TFMA, eval split): "
-        f"<b>{100 * evaluation.eval_accuracy:.2f}%</b>"
-        + ("" if gate is None else f" against the gate of {100 * gate:.0f}%")
-        + "</p>"
-    )
     confusion = np.array(evaluation.confusion_matrix, np.int64)
     per_class = np.array([evaluation.per_class_accuracy.get(i, 0.0) for i in range(NUM_CLASSES)])
     figure, (bars, matrix) = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -277,11 +217,13 @@ def evaluation_section(summary: RunSummary) -> str:
         [LABEL_NAMES[i], evaluation.per_class_eval_records.get(i, 0), f"{100 * per_class[i]:.2f}%"]
         for i in range(NUM_CLASSES)
     ]
-    body = (
-        header
-        + _img(_png(figure), "per-class accuracy and confusion matrix")
-        + _table(["class", "eval records", "accuracy"], rows)
-    )
+    section = {
+        "accuracy": f"{100 * evaluation.eval_accuracy:.2f}%",
+        "gate": None if gate is None else f"{100 * gate:.0f}%",
+        "figure": _png(figure),
+        "classes": rows,
+        "mistakes": None,
+    }
     model_dir = os.path.join(summary.artifacts.get("model", ""), "Format-Serving")
     images, labels, serialized = (
         read_split(summary.artifacts["examples"], EVAL_SPLIT, MISTAKES_SAMPLE)
@@ -289,7 +231,7 @@ def evaluation_section(summary: RunSummary) -> str:
         else ([], [], [])
     )
     if not os.path.exists(model_dir) or not serialized:
-        return body
+        return section
     serve = tf.saved_model.load(model_dir).signatures[EXAMPLES_SIGNATURE]
     probabilities = np.concatenate(
         [
@@ -306,37 +248,32 @@ def evaluation_section(summary: RunSummary) -> str:
         f"{LABEL_NAMES[labels[i]]}->{LABEL_NAMES[predicted[i]]} {100 * probabilities[i].max():.0f}%"
         for i in worst
     ]
-    mistakes = _grid(images[worst], 8, captions) if len(worst) else "<p>No mistakes.</p>"
-    return (
-        body + "<h3>Most confident mistakes</h3>"
-        f"<p>Among the first {len(serialized)} eval records.</p>" + mistakes
-    )
+    return {
+        **section,
+        "mistakes": _tiles(images[worst], captions),
+        "records_classified": len(serialized),
+    }
 
 
-def outcome_section(summary: RunSummary) -> str:
+def outcome_section(summary: RunSummary) -> dict[str, Any]:
     blessed = summary.blessed
     verdict = ("BLESSED" if blessed else "NOT BLESSED") if blessed is not None else "not evaluated"
     failures = summary.evaluation.gate_failures if summary.evaluation else []
     if summary.failed:
         failures = [*failures, f"the run failed: {summary.failed}"]
-    reasons = "".join(f"<li>{html.escape(r)}</li>" for r in failures)
     pushed = summary.push.pushed_version_dir if summary.push and summary.push.pushed else None
     stages = [
         [stage, f"{seconds:.1f}", summary.stage_states.get(stage, "")]
         for stage, seconds in summary.stage_seconds.items()
     ]
-    return (
-        f"<h2>Outcome</h2><p class='{'ok' if blessed else 'bad'}'>{verdict}</p>"
-        f"{f'<ul>{reasons}</ul>' if reasons else ''}"
-        f"<p>Pushed: {html.escape(pushed) if pushed else 'nothing'}</p>"
-        f"<p>Total: {summary.total_seconds} s</p>" + _table(["stage", "seconds", "state"], stages)
-    )
-
-
-STYLE = """body{font-family:sans-serif;max-width:1200px;margin:auto;padding:1em;color:#222}
-table{border-collapse:collapse;margin:0.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;
-font-size:13px}img{max-width:100%}.grid td{border:none;text-align:center;font-size:10px}
-img.tile{width:64px;image-rendering:pixelated}.ok{color:#161}.bad{color:#a11;font-weight:bold}"""
+    return {
+        "blessed": blessed,
+        "verdict": verdict,
+        "failures": failures,
+        "pushed": pushed,
+        "total_seconds": summary.total_seconds,
+        "stages": stages,
+    }
 
 
 def build_report(run_dir: Path) -> Path:
@@ -351,21 +288,24 @@ def build_report(run_dir: Path) -> Path:
         if examples
         else (np.zeros((0, *IMAGE_SHAPE), np.uint8), np.zeros(0, np.int64), [])
     )
-    body = [
-        outcome_section(summary),
-        data_section(summary, train),
-        training_section(summary),
-        evaluation_section(summary),
-    ]
-    page = (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>CIFAR-10 run "
-        f"{html.escape(summary.run_id)}</title><style>{STYLE}</style></head>"
-        f"<body><h1>CIFAR-10 pipeline run {html.escape(summary.run_id)}</h1>"
-        + "".join(body)
-        + "</body></html>"
+    page = _template().render(
+        run_id=summary.run_id,
+        outcome=outcome_section(summary),
+        data=data_section(summary, train),
+        training=training_section(summary),
+        evaluation=evaluation_section(summary),
     )
-    target = run_dir / REPORT_FILE
-    partial = target.with_suffix(".html.part")
-    partial.write_text(page)
-    partial.replace(target)
-    return target
+    return write_atomically(run_dir / REPORT_FILE, page)
+
+
+def _template():
+    """templates/report.html, from the installed package, with autoescaping: values from the
+    run are always text, never markup."""
+    import jinja2
+
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("pipeline", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    return environment.get_template(REPORT_TEMPLATE)

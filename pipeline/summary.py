@@ -32,7 +32,9 @@ from components.contract import (
     TRAINER_NODE,
     TRAINING_SUMMARY_FILE,
 )
+from components.tfx_files import statistics_file
 from components.trainer.training_summary import TrainingSummary, strict_from_json
+from pipeline.files import write_atomically
 
 SUMMARY_FILE = "run_summary.json"
 ACCURACY_METRIC = "sparse_categorical_accuracy"
@@ -121,11 +123,9 @@ class RunSummary:
 
     def write(self, output_dir: Path) -> Path:
         """Writes `<output_dir>/run_summary.json` atomically."""
-        path = output_dir / SUMMARY_FILE
-        partial = path.with_suffix(".json.part")
-        partial.write_text(json.dumps(self.to_json(), indent=1, default=str))
-        partial.replace(path)
-        return path
+        return write_atomically(
+            output_dir / SUMMARY_FILE, json.dumps(self.to_json(), indent=1, default=str)
+        )
 
     @classmethod
     def load(cls, output_dir: Path) -> RunSummary:
@@ -151,7 +151,7 @@ def record_counts(statistics_uri: str) -> dict[str, int]:
 
     counts = {}
     for split in (TRAIN_SPLIT, EVAL_SPLIT):
-        path = os.path.join(statistics_uri, f"Split-{split}", "FeatureStats.pb")
+        path = statistics_file(statistics_uri, split)
         if tf.io.gfile.exists(path):
             with tf.io.gfile.GFile(path, "rb") as handle:
                 stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(handle.read())
@@ -217,36 +217,50 @@ def _threshold_text(threshold) -> str:
     return "a threshold"
 
 
-def collect(metadata_path: str) -> RunSummary:
-    """Summary of the latest run recorded in the SQLite store at `metadata_path`."""
-    import ml_metadata as mlmd
+@dataclass
+class _RecordedRun:
+    """What ML Metadata holds of one pipeline run, per node."""
+
+    run_id: str
+    stage_seconds: dict[str, float]
+    stage_states: dict[str, str]
+    outputs: dict[str, dict[str, Any]]
+
+    def output(self, node: str, key: str):
+        return self.outputs.get(node, {}).get(key)
+
+
+def _latest_run_context(store):
+    runs = store.get_contexts_by_type("pipeline_run")
+    if not runs:
+        raise RuntimeError("the metadata store holds no pipeline run")
+    return max(runs, key=lambda c: (c.create_time_since_epoch, c.id))
+
+
+def _outputs_of(store, execution_id: int) -> dict[str, Any]:
+    from ml_metadata.proto import metadata_store_pb2
+
+    events = [
+        e
+        for e in store.get_events_by_execution_ids([execution_id])
+        if e.type == metadata_store_pb2.Event.OUTPUT
+    ]
+    artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])}
+    return {e.path.steps[0].key: artifacts[e.artifact_id] for e in events if e.path.steps}
+
+
+def _recorded_run(metadata_path: str) -> _RecordedRun:
+    """The latest run in the SQLite store at `metadata_path`: each node's duration, final
+    state and output artifacts."""
     from ml_metadata.proto import metadata_store_pb2
     from tfx.orchestration import metadata
 
     state_names = {v: k.lower() for k, v in metadata_store_pb2.Execution.State.items()}
-
-    def latest_run_context(store: mlmd.MetadataStore) -> metadata_store_pb2.Context:
-        runs = store.get_contexts_by_type("pipeline_run")
-        if not runs:
-            raise RuntimeError("the metadata store holds no pipeline run")
-        return max(runs, key=lambda c: (c.create_time_since_epoch, c.id))
-
-    def outputs_of(store: mlmd.MetadataStore, execution_id: int) -> dict[str, Any]:
-        events = [
-            e
-            for e in store.get_events_by_execution_ids([execution_id])
-            if e.type == metadata_store_pb2.Event.OUTPUT
-        ]
-        artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])}
-        return {e.path.steps[0].key: artifacts[e.artifact_id] for e in events if e.path.steps}
-
     with metadata.Metadata(metadata.sqlite_metadata_connection_config(metadata_path)) as m:
         store = m.store
-        run = latest_run_context(store)
+        run = _latest_run_context(store)
         node_contexts = {c.id: c.name.split(".", 1)[-1] for c in store.get_contexts_by_type("node")}
-        stages: dict[str, float] = {}
-        states: dict[str, str] = {}
-        outputs: dict[str, dict[str, Any]] = {}
+        recorded = _RecordedRun(run.name, {}, {}, {})
         for execution in sorted(store.get_executions_by_context(run.id), key=lambda e: e.id):
             node = next(
                 (
@@ -256,24 +270,39 @@ def collect(metadata_path: str) -> RunSummary:
                 ),
                 "unknown",
             )
-            stages[node] = round(
+            recorded.stage_seconds[node] = round(
                 (execution.last_update_time_since_epoch - execution.create_time_since_epoch)
                 / 1000.0,
                 1,
             )
-            states[node] = state_names.get(execution.last_known_state, "unknown")
-            outputs[node] = outputs_of(store, execution.id)
+            recorded.stage_states[node] = state_names.get(execution.last_known_state, "unknown")
+            recorded.outputs[node] = _outputs_of(store, execution.id)
+    return recorded
 
-    def output(node: str, key: str):
-        return outputs.get(node, {}).get(key)
 
-    def prop(artifact, key: str):
-        value = artifact.custom_properties.get(key)
-        if value is None:
-            return None
-        kind = value.WhichOneof("value")
-        return getattr(value, kind) if kind else None
+def _custom_property(artifact, key: str):
+    value = artifact.custom_properties.get(key)
+    if value is None:
+        return None
+    kind = value.WhichOneof("value")
+    return getattr(value, kind) if kind else None
 
+
+def _training_facts(model_run) -> tuple[TrainingSummary | None, list, str | None]:
+    """The Trainer's summary and history from its model_run folder, when it got that far."""
+    if model_run is None:
+        return None, [], None
+    path = os.path.join(model_run.uri, TRAINING_SUMMARY_FILE)
+    written = _read_json(path)
+    training = TrainingSummary.from_json(written, path) if written is not None else None
+    history = _read_json(os.path.join(model_run.uri, HISTORY_FILE)) or []
+    return training, history, model_run.uri
+
+
+def collect(metadata_path: str) -> RunSummary:
+    """Summary of the latest run recorded in the SQLite store at `metadata_path`."""
+    recorded = _recorded_run(metadata_path)
+    output, prop = recorded.output, _custom_property
     artifact_uris = {
         name: output(node, key).uri
         for name, (node, key) in {
@@ -284,24 +313,17 @@ def collect(metadata_path: str) -> RunSummary:
         }.items()
         if output(node, key) is not None
     }
-    training, history, model_run_dir = None, [], None
-    model_run = output(TRAINER_NODE, "model_run")
-    if model_run is not None:
-        path = os.path.join(model_run.uri, TRAINING_SUMMARY_FILE)
-        written = _read_json(path)
-        training = TrainingSummary.from_json(written, path) if written is not None else None
-        history = _read_json(os.path.join(model_run.uri, HISTORY_FILE)) or []
-        model_run_dir = model_run.uri
+    training, history, model_run_dir = _training_facts(output(TRAINER_NODE, "model_run"))
     evaluation = output(EVALUATOR_NODE, "evaluation")
     blessing = output(EVALUATOR_NODE, "blessing")
     pushed = output(PUSHER_NODE, "pushed_model")
     return RunSummary(
-        run_id=run.name,
+        run_id=recorded.run_id,
         record_counts=record_counts(artifact_uris["statistics"])
         if "statistics" in artifact_uris
         else {},
-        stage_seconds=stages,
-        stage_states=states,
+        stage_seconds=recorded.stage_seconds,
+        stage_states=recorded.stage_states,
         artifacts=artifact_uris,
         training=training,
         history=history,

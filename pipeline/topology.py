@@ -15,7 +15,15 @@ from tfx.extensions.google_cloud_ai_platform.trainer import executor as vertex_t
 
 from components.atomic_pusher.component import AtomicPusher
 from components.cifar10_example_gen.component import Cifar10ExampleGen
-from components.contract import EXAMPLES_SIGNATURE, LABEL_KEY, PROBABILITIES_KEY
+from components.contract import (
+    EVAL_SPLIT,
+    EVALUATOR_NODE,
+    EXAMPLES_SIGNATURE,
+    LABEL_KEY,
+    PROBABILITIES_KEY,
+    TRAIN_SPLIT,
+    TRAINER_NODE,
+)
 from components.served_model_baseline.component import ServedBaselineEvaluator, ServedModelBaseline
 from components.trainer.config import CHECKPOINT_ROOT_KEY
 from components.trainer.config import CUSTOM_CONFIG_KEY as TRAINING_CONFIG_KEY
@@ -115,6 +123,55 @@ def _kubeflow_trainer_resources(kubeflow: KubeflowConfig):
     return resources
 
 
+def _trainer(config: PipelineConfig, examples, schema):
+    """TFX's Trainer, or Vertex's (a CustomJob on a Cloud TPU) when compiling for Vertex."""
+    trainer_args = dict(
+        examples=examples,
+        schema=schema,
+        run_fn=RUN_FN,
+        train_args=tfx.proto.TrainArgs(splits=[TRAIN_SPLIT]),
+        eval_args=tfx.proto.EvalArgs(splits=[EVAL_SPLIT]),
+    )
+    # Checkpoints live under the pipeline root, keyed by inputs and config (not under the
+    # execution's model path, which on Vertex holds the job id), so a retried Trainer resumes.
+    checkpoint_root = f"{config.pipeline_root.rstrip('/')}/{TRAINER_NODE}/checkpoints"
+    training_config = {
+        TRAINING_CONFIG_KEY: config.training.to_custom_config(),
+        CHECKPOINT_ROOT_KEY: checkpoint_root,
+    }
+    if config.vertex is not None:
+        trainer = tfx.extensions.google_cloud_ai_platform.Trainer(
+            **trainer_args,
+            custom_config={**_vertex_training_args(config.vertex), **training_config},
+        )
+    else:
+        trainer = tfx.components.Trainer(**trainer_args, custom_config=training_config)
+    if config.kubeflow is not None:
+        trainer.with_platform_config(_kubeflow_trainer_resources(config.kubeflow))
+    return trainer
+
+
+def _pusher(config: PipelineConfig, model, blessing, serving_model_dir: str):
+    """Vertex's Pusher when deploying to an endpoint; else AtomicPusher into the serving
+    directory."""
+    if config.vertex is not None and config.vertex.endpoint:
+        return tfx.extensions.google_cloud_ai_platform.Pusher(
+            model=model,
+            model_blessing=blessing,
+            custom_config={
+                vertex_constants.ENABLE_VERTEX_KEY: True,
+                vertex_constants.VERTEX_REGION_KEY: config.vertex.region,
+                vertex_constants.VERTEX_CONTAINER_IMAGE_URI_KEY: VERTEX_SERVING_IMAGE,
+                vertex_constants.SERVING_ARGS_KEY: {
+                    "project_id": config.vertex.project,
+                    "endpoint_name": config.vertex.endpoint,
+                    "machine_type": "n1-standard-4",
+                },
+            },
+        )
+    return AtomicPusher(model=model, model_blessing=blessing, base_directory=serving_model_dir)
+
+
 def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
     example_gen = Cifar10ExampleGen(
         source_uri=config.source_uri,
@@ -132,31 +189,8 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
         statistics=statistics_gen.outputs["statistics"],
         anomalies=example_validator.outputs["anomalies"],
     )
-
-    trainer_args = dict(
-        examples=example_gen.outputs["examples"],
-        schema=schema_gen.outputs["schema"],
-        run_fn=RUN_FN,
-        train_args=tfx.proto.TrainArgs(splits=["train"]),
-        eval_args=tfx.proto.EvalArgs(splits=["eval"]),
-    )
-    # Checkpoints live under the pipeline root, keyed by inputs and config (not under the
-    # execution's model path, which on Vertex holds the job id), so a retried Trainer resumes.
-    checkpoint_root = f"{config.pipeline_root.rstrip('/')}/Trainer/checkpoints"
-    training_config = {
-        TRAINING_CONFIG_KEY: config.training.to_custom_config(),
-        CHECKPOINT_ROOT_KEY: checkpoint_root,
-    }
-    if config.vertex is not None:
-        trainer = tfx.extensions.google_cloud_ai_platform.Trainer(
-            **trainer_args,
-            custom_config={**_vertex_training_args(config.vertex), **training_config},
-        )
-    else:
-        trainer = tfx.components.Trainer(**trainer_args, custom_config=training_config)
+    trainer = _trainer(config, example_gen.outputs["examples"], schema_gen.outputs["schema"])
     trainer.add_upstream_node(validation_gate)
-    if config.kubeflow is not None:
-        trainer.with_platform_config(_kubeflow_trainer_resources(config.kubeflow))
 
     # The baseline is the model being served, read from the serving directory: an
     # ordinary step, where a Resolver would compile to executors that only some
@@ -169,31 +203,12 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
         examples=example_gen.outputs["examples"],
         model=trainer.outputs["model"],
         baseline_model=served_model.outputs["baseline_model"],
-        example_splits=["eval"],
+        example_splits=[EVAL_SPLIT],
         eval_config=eval_config(config.accuracy_gate, config.max_regression),
-    ).with_id("Evaluator")
-
-    if config.vertex is not None and config.vertex.endpoint:
-        pusher = tfx.extensions.google_cloud_ai_platform.Pusher(
-            model=trainer.outputs["model"],
-            model_blessing=evaluator.outputs["blessing"],
-            custom_config={
-                vertex_constants.ENABLE_VERTEX_KEY: True,
-                vertex_constants.VERTEX_REGION_KEY: config.vertex.region,
-                vertex_constants.VERTEX_CONTAINER_IMAGE_URI_KEY: VERTEX_SERVING_IMAGE,
-                vertex_constants.SERVING_ARGS_KEY: {
-                    "project_id": config.vertex.project,
-                    "endpoint_name": config.vertex.endpoint,
-                    "machine_type": "n1-standard-4",
-                },
-            },
-        )
-    else:
-        pusher = AtomicPusher(
-            model=trainer.outputs["model"],
-            model_blessing=evaluator.outputs["blessing"],
-            base_directory=serving_model_dir,
-        )
+    ).with_id(EVALUATOR_NODE)
+    pusher = _pusher(
+        config, trainer.outputs["model"], evaluator.outputs["blessing"], serving_model_dir
+    )
 
     metadata = (
         tfx.orchestration.metadata.sqlite_metadata_connection_config(config.metadata_path)

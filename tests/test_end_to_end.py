@@ -50,6 +50,7 @@ def test_run_blesses_and_pushes_with_a_full_summary(first_run):
     assert "BLESSED" in done.stdout and str(pushed) in done.stdout
     # the console has the per-component lines; TensorFlow's own INFO lines go to the log file
     assert "INFO:tensorflow" not in done.stderr
+    assert "Unable to register" not in done.stderr  # TensorFlow's C++ start-up errors too
     typed = RunSummary.load(out)  # strict: every field the run wrote is known and present
     assert typed.training.training_flops > 0
     assert typed.training.precision == "float32"  # pinned by FAST_TRAINING
@@ -81,6 +82,8 @@ def test_predict_in_a_fresh_cpu_process_matches_the_trainer_model(first_run, tmp
     )
     assert done.returncode == 2  # one file failed, the others were classified
     assert "notes.png: not a PNG or JPEG image" in done.stderr
+    # only the project's lines: TensorFlow's start-up errors and logging are in the log file
+    assert all(line.startswith(("Model: ", "error: ")) for line in done.stderr.splitlines())
     predicted = [json.loads(line)["top"][0]["class"] for line in done.stdout.splitlines()]
     assert len(predicted) == len(files)
 

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from pipeline import cli, kubeflow_runner, vertex_runner
+from pipeline import cli, kubeflow_runner, vertex_file
 from pipeline.config import CONTAINER_SCHEMA_PATH, TrainingConfig
 from pipeline.local_runner import local_config
 from pipeline.topology import create_pipeline
@@ -222,7 +222,7 @@ def test_vertex_compiles_yaml_and_submit_accepts_it(tmp_path, capsys):
     spec = yaml.safe_load(path.read_text())
     assert spec["defaultPipelineRoot"] == "gs://b/root"
     assert kubeflow_runner.resolver_executors(spec) == []
-    submission = vertex_runner.load_submission(path, "proj-x", "us-central1")
+    submission = vertex_file.load_submission(path, "proj-x", "us-central1")
     assert submission.pipeline_root == "gs://b/root"
     assert set(submission.tasks) == set(spec["root"]["dag"]["tasks"])
     capsys.readouterr()

@@ -50,6 +50,7 @@ def test_wheel_holds_every_package_and_the_schema(tmp_path):
     missing = {p for p in packages if f"{p}/__init__.py" not in names}
     assert not missing, f"add to [tool.setuptools] packages in pyproject.toml: {missing}"
     assert "cifar10_data/schema/schema.pbtxt" in names
+    assert "pipeline/templates/report.html" in names  # the report template
 
 
 def test_schema_is_found_as_package_data():

@@ -2,6 +2,8 @@
 real submission code path against a local HTTP server standing in for the Vertex API."""
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -10,7 +12,7 @@ from pathlib import Path
 import pytest
 from google.cloud.aiplatform_v1.types import AcceleratorType, CustomJobSpec
 
-from pipeline import cli, vertex_runner
+from pipeline import cli, vertex_config, vertex_file, vertex_runner
 from pipeline.config import CONTAINER_SCHEMA_PATH, TrainingConfig
 from pipeline.local_runner import local_config
 from pipeline.topology import create_pipeline
@@ -90,8 +92,8 @@ def test_trainer_runs_on_a_tpu_worker_pool_with_the_tpu_strategy(compiled):
     pool = job_spec["worker_pool_specs"][0]
     assert pool["container_spec"]["image_uri"] == IMAGE
     assert custom["training"]["strategy"] == "tpu" and custom["training"]["tpu"] == "local"
-    assert custom[vertex_runner.TRAINING_ARGS_KEY]["project"] == "proj-x"
-    assert custom[vertex_runner.VERTEX_REGION_KEY] == "us-central1"
+    assert custom[vertex_file.TRAINING_ARGS_KEY]["project"] == "proj-x"
+    assert custom[vertex_file.VERTEX_REGION_KEY] == "us-central1"
     assert custom["ai_platform_enable_vertex"] is True
     # Retries resume: checkpoints under the pipeline root, not under the job's paths.
     assert custom["checkpoint_root"] == f"{ROOT}/Trainer/checkpoints"
@@ -122,8 +124,8 @@ def test_submit_reads_the_vertex_trainer_keys_tfx_uses():
     from tfx.extensions.google_cloud_ai_platform import constants
     from tfx.extensions.google_cloud_ai_platform.trainer import executor
 
-    assert vertex_runner.TRAINING_ARGS_KEY == executor.TRAINING_ARGS_KEY
-    assert vertex_runner.VERTEX_REGION_KEY == constants.VERTEX_REGION_KEY
+    assert vertex_file.TRAINING_ARGS_KEY == executor.TRAINING_ARGS_KEY
+    assert vertex_file.VERTEX_REGION_KEY == constants.VERTEX_REGION_KEY
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +172,7 @@ def test_cloud_flags_reach_the_training_job_and_dataflow(compiled_for_v5e):
     _, job = compiled_for_v5e
     parameter = _tasks(job)["Trainer"]["inputs"]["parameters"]["custom_config"]
     custom = json.loads(parameter["runtimeValue"]["constant"])
-    training_args = custom[vertex_runner.TRAINING_ARGS_KEY]
+    training_args = custom[vertex_file.TRAINING_ARGS_KEY]
     spec = CustomJobSpec(**training_args["job_spec"])
     assert spec.service_account == SERVICE_ACCOUNT and spec.network == NETWORK
     [pool] = spec.worker_pool_specs
@@ -238,7 +240,7 @@ def test_local_and_vertex_pipelines_share_one_topology(tmp_path):
     training = TrainingConfig()
     local = create_pipeline(local_config(tmp_path, "/data/c.tar.gz", "f", training))
     vertex = create_pipeline(
-        vertex_runner.vertex_config(
+        vertex_config.vertex_config(
             project="p",
             region="r",
             pipeline_root=ROOT,
@@ -256,7 +258,7 @@ def test_local_and_vertex_pipelines_share_one_topology(tmp_path):
 
 def test_compile_rejects_local_paths():
     with pytest.raises(ValueError, match="--data must be a gs:// URI"):
-        vertex_runner.vertex_config(
+        vertex_config.vertex_config(
             project="p",
             region="r",
             pipeline_root=ROOT,
@@ -518,3 +520,18 @@ def test_compile_refuses_training_settings_a_tpu_cannot_honour(flags, message, t
     assert status == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "p.yaml").exists()
+
+
+def test_reading_and_submitting_a_compiled_file_imports_no_tfx():
+    """`submit` works from the compiled file alone: TFX, TensorFlow and Beam (about 30 s to
+    import) stay out of what it uses, and out of what it shares with Kubeflow's submit."""
+    modules = ["submission", "vertex_config", "vertex_file", "vertex_runner", "kubeflow_runner"]
+    code = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}: importlib.import_module('pipeline.' + name)\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules}"
+        " & {'tfx', 'tensorflow', 'apache_beam'}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"

@@ -21,12 +21,13 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils
 
+from components.contract import SAVED_MODEL_FILE
+
 BASE_DIRECTORY_KEY = "base_directory"
 STAGING_PREFIX = ".staging-"
 # Beside saved_model.pb (TF Serving ignores other files): which model a version holds,
 # so pushing the same model again (a rerun with a new blessing) adds no new version.
 SOURCE_FILE = "PUSHED_FROM"
-SAVED_MODEL_FILE = "saved_model.pb"  # moved last: its presence means the version is complete
 NEW_VERSION_KEY = "new_version"
 
 

@@ -19,26 +19,23 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.types.artifact import Artifact
 from tfx.utils import io_utils, path_utils
 
+from components import contract
+from components.contract import SAVED_MODEL_FILE
 from components.served_model_baseline.spec import BASELINE_KEY, SERVING_MODEL_DIR_KEY
 
-SAVED_MODEL_FILE = "saved_model.pb"
 # Custom properties on the baseline artifact, for people reading the metadata.
 SERVED_VERSION_KEY = "served_version"  # 0: nothing was served
 SERVED_FROM_KEY = "served_from"
 
 
 def newest_served_version(serving_model_dir: str) -> str | None:
-    """The highest numeric version folder that holds a SavedModel; staging folders,
-    half-copied versions and other names are not served."""
+    """The version TF Serving serves from `serving_model_dir`, if any."""
     if not fileio.exists(serving_model_dir):
         return None
-    served = [
-        int(name.rstrip("/"))
-        for name in fileio.listdir(serving_model_dir)
-        if name.rstrip("/").isdigit()
-        and fileio.exists(os.path.join(serving_model_dir, name.rstrip("/"), SAVED_MODEL_FILE))
-    ]
-    return str(max(served)) if served else None
+    return contract.newest_served_version(
+        fileio.listdir(serving_model_dir),
+        lambda name: fileio.exists(os.path.join(serving_model_dir, name, SAVED_MODEL_FILE)),
+    )
 
 
 def holds_saved_model(model: Artifact) -> bool:

@@ -105,22 +105,21 @@ class Fitted:
     fit_seconds: float
 
 
-def fit(
-    run: Plan,
-    split: dict[str, tuple[tf.Tensor, tf.Tensor]],
-    checkpoint_dir: str,
-    model_run_dir: str,
-) -> Fitted:
-    """Builds the network under the strategy, resumes from the newest readable checkpoint in
-    `checkpoint_dir`, and trains the remaining epochs."""
-    (train_images, train_labels), (eval_images, eval_labels) = split["train"], split["eval"]
-    steps_per_epoch = int(train_images.shape[0]) // run.global_batch_size
-    if steps_per_epoch == 0:
+def _steps_per_epoch(run: Plan, train_records: int) -> int:
+    """Whole global batches per epoch; none at all is the user's batch size to lower."""
+    steps = train_records // run.global_batch_size
+    if steps == 0:
         raise ValueError(
-            f"{int(train_images.shape[0])} training images are fewer than one "
+            f"{train_records} training images are fewer than one "
             f"global batch of {run.global_batch_size}; lower "
             "--per-replica-batch-size"
         )
+    return steps
+
+
+def _logged_learning_rate(run: Plan) -> float:
+    """The recipe's learning rate scaled to the global batch, logged with the rest of the
+    plan so the log says how this run trained."""
     learning_rate = model.scaled_learning_rate(
         run.recipe, run.global_batch_size, run.config.learning_rate
     )
@@ -136,6 +135,40 @@ def fit(
         learning_rate,
         run.precision.policy,
     )
+    return learning_rate
+
+
+def _resumed(
+    network: keras.Model, checkpoint_dir: str, model_run_dir: str
+) -> tuple[EpochCheckpoints, int, EpochHistory]:
+    """The newest readable checkpoint restored into `network`, and the history of the epochs
+    up to it, so a retried Trainer goes on where the killed one stopped."""
+    checkpoints = EpochCheckpoints(network, checkpoint_dir)
+    resumed_from = checkpoints.restore_latest()
+    previous = [
+        e
+        for e in read_history(os.path.join(checkpoint_dir, HISTORY_FILE))
+        if e["epoch"] <= resumed_from
+    ]
+    history = EpochHistory(
+        [os.path.join(model_run_dir, HISTORY_FILE), os.path.join(checkpoint_dir, HISTORY_FILE)],
+        previous,
+        tensorboard_dir=os.path.join(model_run_dir, "logs"),
+    )
+    return checkpoints, resumed_from, history
+
+
+def fit(
+    run: Plan,
+    split: dict[str, tuple[tf.Tensor, tf.Tensor]],
+    checkpoint_dir: str,
+    model_run_dir: str,
+) -> Fitted:
+    """Builds the network under the strategy, resumes from the newest readable checkpoint in
+    `checkpoint_dir`, and trains the remaining epochs."""
+    (train_images, train_labels), (eval_images, eval_labels) = split["train"], split["eval"]
+    steps_per_epoch = _steps_per_epoch(run, int(train_images.shape[0]))
+    learning_rate = _logged_learning_rate(run)
     whitening_sample = train_images[:5000].numpy()
 
     def build() -> keras.Model:
@@ -151,18 +184,7 @@ def fit(
             run.epochs,
             tpu_runtime.steps_per_execution(run.kind, steps_per_epoch),
         )
-    checkpoints = EpochCheckpoints(network, checkpoint_dir)
-    resumed_from = checkpoints.restore_latest()
-    previous = [
-        e
-        for e in read_history(os.path.join(checkpoint_dir, HISTORY_FILE))
-        if e["epoch"] <= resumed_from
-    ]
-    history = EpochHistory(
-        [os.path.join(model_run_dir, HISTORY_FILE), os.path.join(checkpoint_dir, HISTORY_FILE)],
-        previous,
-        tensorboard_dir=os.path.join(model_run_dir, "logs"),
-    )
+    checkpoints, resumed_from, history = _resumed(network, checkpoint_dir, model_run_dir)
     # One iterator for the whole run (repeat, with the steps of one pass per epoch) instead of
     # a new one every epoch: under MirroredStrategy, tearing down each epoch's distributed
     # iterator stalled every epoch boundary (about 150 s each with 8 CPU replicas on a 2-core

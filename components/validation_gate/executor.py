@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import os
-
 from absl import logging
 from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
-from tfx import types
 from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
+from components.tfx_files import anomalies_file, statistics_file
 from components.validation_gate.checks import (
     DataValidationError,
     anomaly_problems,
     statistics_problems,
 )
-
-
-def _split_file(artifact: types.Artifact, split: str, name: str) -> str:
-    return os.path.join(artifact_utils.get_split_uri([artifact], split), name)
 
 
 class Executor(base_executor.BaseExecutor):
@@ -29,13 +23,13 @@ class Executor(base_executor.BaseExecutor):
         problems: list[str] = []
         for split in artifact_utils.decode_split_names(statistics.split_names):
             stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(
-                io_utils.read_bytes_file(_split_file(statistics, split, "FeatureStats.pb"))
+                io_utils.read_bytes_file(statistics_file(statistics, split))
             )
             for dataset in stats.datasets:
                 problems.extend(statistics_problems(split, dataset))
         for split in artifact_utils.decode_split_names(anomalies.split_names):
             found = anomalies_pb2.Anomalies.FromString(
-                io_utils.read_bytes_file(_split_file(anomalies, split, "SchemaDiff.pb"))
+                io_utils.read_bytes_file(anomalies_file(anomalies, split))
             )
             problems.extend(anomaly_problems(split, found))
         if problems:

@@ -1,0 +1,100 @@
+"""Keeps libraries' output off the console: TensorFlow's C++ start-up errors ("Unable to
+register cuFFT factory"), absl and TFX logging. A user of the CLI reads the project's own
+lines; the rest is in a file for when something goes wrong. Imports nothing heavy, so
+every command can use it before TensorFlow loads."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def _stderr_fd_to(log_fd: int) -> Iterator[None]:
+    """File descriptor 2 (where C++ libraries write) goes to the log, while `sys.stderr`
+    keeps writing to the console through a copy of the old descriptor. A `sys.stderr`
+    that is not descriptor 2 (pytest's capture) is left as it is."""
+    sys.stderr.flush()
+    saved_fd = os.dup(2)
+    saved_stderr = sys.stderr
+    console = None
+    try:
+        writes_fd_2 = sys.stderr.fileno() == 2
+    except (AttributeError, OSError, ValueError):
+        writes_fd_2 = False
+    if writes_fd_2:
+        console = open(
+            os.dup(saved_fd),
+            "w",
+            buffering=1,
+            encoding=saved_stderr.encoding,
+            errors="backslashreplace",
+        )
+        sys.stderr = console
+    os.dup2(log_fd, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved_fd, 2)
+        os.close(saved_fd)
+        sys.stderr = saved_stderr
+        if console is not None:
+            console.close()
+
+
+@contextlib.contextmanager
+def _logging_to(path: Path) -> Iterator[None]:
+    """Python logging at INFO (TFX, Beam, absl) to `path` instead of the root logger's
+    handlers and TensorFlow's own console handler."""
+    from absl import logging as absl_logging
+
+    root = logging.getLogger()
+    file_handler = logging.FileHandler(path)
+    file_handler.setLevel(logging.INFO)  # live progress updates stay off the file
+    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    saved_level, saved_handlers = root.level, list(root.handlers)
+    for handler in saved_handlers:
+        root.removeHandler(handler)
+    # TensorFlow gives its logger a console handler of its own when it is imported before the
+    # root logger has one; its lines belong in the file like everyone else's.
+    tf_logger = logging.getLogger("tensorflow")
+    saved_tf_handlers = list(tf_logger.handlers)
+    for handler in saved_tf_handlers:
+        tf_logger.removeHandler(handler)
+    root.addHandler(file_handler)
+    root.setLevel(logging.INFO)
+    saved_absl_verbosity = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.INFO)
+    try:
+        yield
+    finally:
+        absl_logging.set_verbosity(saved_absl_verbosity)
+        root.removeHandler(file_handler)
+        file_handler.close()
+        root.setLevel(saved_level)
+        for handler in saved_handlers:
+            root.addHandler(handler)
+        for handler in saved_tf_handlers:
+            tf_logger.addHandler(handler)
+
+
+@contextlib.contextmanager
+def to_file(path: Path) -> Iterator[None]:
+    """Library output goes to `path` (appended), the project's own `sys.stderr` lines stay
+    on the console. A log that stayed empty is removed, so quick commands leave nothing.
+    Where the log cannot be written, everything stays on the console, as without one."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(path, "a")
+    except OSError:
+        yield
+        return
+    with log, _stderr_fd_to(log.fileno()), _logging_to(path):
+        yield
+    if path.stat().st_size == 0:
+        path.unlink()
