@@ -724,7 +724,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="exit status: 0 ok, 1 unexpected error, 2 bad input, 3 data failed "
-        "validation, 4 model not blessed",
+        "validation, 4 model not blessed, 5 submit --wait lost contact (the job may still run)",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
