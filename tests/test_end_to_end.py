@@ -15,27 +15,16 @@ from pipeline.summary import RunSummary
 
 import cifar_fixtures as fx
 from conftest import FAST_TRAINING as FAST
-from conftest import cli, versions
+from conftest import PIPELINE_NODES, cli, versions
 
 pytestmark = pytest.mark.integration  # full pipeline runs in subprocesses
-
-STAGES = [
-    "Cifar10ExampleGen",
-    "ImportSchemaGen",
-    "StatisticsGen",
-    "ExampleValidator",
-    "DataValidationGate",
-    "Trainer",
-    "Evaluator",
-    "AtomicPusher",
-]
 
 
 def test_run_blesses_and_pushes_with_a_full_summary(first_run):
     out, summary, done = first_run
     assert list(summary)[:2] == ["record_counts", "stage_seconds"]
     assert summary["record_counts"] == {"train": 1080, "eval": 120}
-    assert set(STAGES) <= set(summary["stage_seconds"])
+    assert set(PIPELINE_NODES) <= set(summary["stage_seconds"])
     assert summary["strategy"] == "default" and summary["replicas"] == 1
     assert summary["global_batch_size"] == 64 and summary["epochs"] == 3
     assert summary["eval_accuracy"] >= 0.5  # the gate it was blessed at

@@ -18,6 +18,7 @@ from pipeline import cli, kfp_local
 from pipeline.config import CONTAINER_PROJECT_ROOT, CONTAINER_SCHEMA_PATH
 
 import cifar_fixtures as fx
+from conftest import PIPELINE_NODES
 from conftest import cli as run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -36,17 +37,7 @@ FAST = [
     "--accuracy-gate",
     "0.3",
 ]
-TASKS = {
-    "Cifar10ExampleGen",
-    "ImportSchemaGen",
-    "StatisticsGen",
-    "ExampleValidator",
-    "DataValidationGate",
-    "Trainer",
-    "ServedModelBaseline",
-    "Evaluator",
-    "AtomicPusher",
-}
+TASKS = {*PIPELINE_NODES, "ServedModelBaseline"}
 BEFORE_TRAINING = {
     "Cifar10ExampleGen",
     "ImportSchemaGen",

@@ -17,7 +17,7 @@ from pipeline.config import CONTAINER_SCHEMA_PATH, TrainingConfig
 from pipeline.local_runner import local_config
 from pipeline.topology import create_pipeline
 
-from conftest import compiler_places, compiling_away_from_home
+from conftest import PIPELINE_NODES, compiler_places, compiling_away_from_home
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,16 +62,7 @@ def test_compiled_dag_has_every_component_and_dependency(compiled):
     _, job = compiled
     tasks = _tasks(job)
     deps = {name: set(task.get("dependentTasks", [])) for name, task in tasks.items()}
-    for name in (
-        "Cifar10ExampleGen",
-        "ImportSchemaGen",
-        "StatisticsGen",
-        "ExampleValidator",
-        "DataValidationGate",
-        "Trainer",
-        "Evaluator",
-        "AtomicPusher",
-    ):
+    for name in PIPELINE_NODES:
         assert name in tasks
     assert {"Cifar10ExampleGen", "ImportSchemaGen"} <= deps["StatisticsGen"]
     assert {"StatisticsGen", "ExampleValidator"} <= deps["DataValidationGate"]
