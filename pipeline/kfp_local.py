@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from pipeline import exit_status
+from pipeline.submission import has_dag
 
 # A cloud URI inside any string of the spec, also inside JSON-encoded constants.
 CLOUD_URI = re.compile(r"\b(?:gs|s3)://[^\s\"'\\,;]+")
@@ -155,7 +156,7 @@ class Plan:
 
 
 def _check_form(path: Path, spec: Any) -> None:
-    if not isinstance(spec, dict) or not spec.get("root", {}).get("dag", {}).get("tasks"):
+    if not has_dag(spec):
         raise LocalRunError(
             f"{path}: not a compiled pipeline (no root DAG); write one with "
             "`cifar10-pipeline compile --output FILE.yaml`"

@@ -110,8 +110,9 @@ def decide_precision(requested: str, hardware: Hardware) -> PrecisionChoice:
     """`requested` unless it is "auto"; auto is bf16 on TPU, bf16 or fp16 on GPUs that
     compute them natively, and bf16 on CPU only with native bf16 (else float32).
     Raises PrecisionError for bf16 where it cannot run (`cpu_bf16_blocked`)."""
-    if requested == "mixed_bfloat16" and cpu_bf16_blocked(hardware):
-        raise PrecisionError(cpu_bf16_blocked(hardware))
+    blocked = cpu_bf16_blocked(hardware) if requested == "mixed_bfloat16" else ""
+    if blocked:
+        raise PrecisionError(blocked)
     if requested != "auto":
         return PrecisionChoice(requested, f"--precision {requested}", hardware)
     if hardware.accelerator == "tpu":
