@@ -6,12 +6,14 @@ import apache_beam as beam
 import pytest
 import tensorflow as tf
 from apache_beam.testing.util import assert_that, equal_to
+from tfx.components.util import examples_utils
+from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_artifacts
 from tfx.utils import proto_utils
 
 from components.cifar10_example_gen import sources
 from components.cifar10_example_gen.component import Cifar10ExampleGen
-from components.cifar10_example_gen.executor import Executor, ReadCifar10Split
+from components.cifar10_example_gen.executor import Executor, ReadCifar10Splits
 
 import cifar_fixtures as fx
 
@@ -44,11 +46,30 @@ def test_beam_source_emits_each_split(tmp_path):
             seen[label] += 1
             expected["eval" if seen[label] == 10 else "train"].append((label, image.tobytes()))
     assert (len(expected["train"]), len(expected["eval"])) == (180, 20)
-    props = _exec_properties(archive, fraction=0.1)
-    for split in ("train", "eval"):
-        with beam.Pipeline() as pipeline:
-            records = pipeline | ReadCifar10Split(props, split) | beam.Map(_label_and_image)
-            assert_that(records, equal_to(expected[split]))
+    with beam.Pipeline() as pipeline:
+        splits = pipeline | ReadCifar10Splits(str(archive), 0.1)
+        assert sorted(splits) == ["eval", "train"]
+        for split, examples in splits.items():
+            records = examples | f"Decode[{split}]" >> beam.Map(_label_and_image)
+            assert_that(records, equal_to(expected[split]), label=f"Check[{split}]")
+
+
+def test_an_archive_is_opened_once_to_check_and_once_to_read(tmp_path, monkeypatch):
+    """A gzipped tar cannot seek: reading its batch files one by one, per split, opened
+    and decompressed the official archive about twelve times over."""
+    archive = fx.binary_archive(tmp_path / "c.tar.gz", batches=3, per_class=2)
+    opened = []
+    real_open = sources._open_binary
+
+    def counting_open(path):
+        opened.append(path)
+        return real_open(path)
+
+    monkeypatch.setattr(sources, "_open_binary", counting_open)
+    examples = standard_artifacts.Examples()
+    examples.uri = str(tmp_path / "out")
+    Executor().Do({}, {"examples": [examples]}, _exec_properties(archive))
+    assert opened == [str(archive)] * 2
 
 
 def _read_split(artifact, split):
@@ -70,8 +91,14 @@ def test_executor_writes_gzipped_tfrecords_per_split(tmp_path):
     first = train[0].features.feature
     assert len(first["image_raw"].bytes_list.value[0]) == 3072
     assert 0 <= first["label"].int64_list.value[0] <= 9
-    ids = {e.features.feature["record_id"].bytes_list.value[0] for e in train + evals}
-    assert len(ids) == 120
+    ids = [e.features.feature["record_id"].bytes_list.value[0] for e in train + evals]
+    assert len(set(ids)) == 120
+    assert ids[:2] == [b"data_batch_1:0", b"data_batch_1:1"]  # source order, not shuffled
+    assert examples_utils.get_file_format(examples) == "tfrecords_gzip"
+    assert examples_utils.get_payload_format(examples) == example_gen_pb2.FORMAT_TF_EXAMPLE
+    for split in ("train", "eval"):
+        (written,) = os.listdir(artifact_utils.get_split_uri([examples], split))
+        assert written == "data_tfrecord-00000-of-00001.gz"
 
 
 def test_executor_refuses_bad_source_before_writing_anything(tmp_path):

@@ -86,9 +86,11 @@ def test_killed_during_ingest_then_rerun_completes(tiny_archive, tmp_path):
         "0.5",
         *FAST_TRAINING,
     ]
-    # read_shard is called once per shard by the executor's check (2 shards), then by Beam
-    # (the CLI's check before TFX is imported reads the archive in one pass, without it).
-    died = run_and_die("components.cifar10_example_gen.sources", "read_shard", 4, "before", *args)
+    # The CLI's and the executor's checks parse the batch files without it; Beam's read
+    # calls it once per batch file: die in the second, after the first file's records.
+    died = run_and_die(
+        "components.cifar10_example_gen.sources", "batch_file_records", 2, "before", *args
+    )
     assert died.returncode == -signal.SIGKILL
     assert not (tmp_path / "run_summary.json").exists()
     done = cli("run", *args)

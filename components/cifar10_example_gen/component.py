@@ -6,9 +6,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import standard_artifacts
 
 from components.cifar10_example_gen.executor import Executor
-from components.cifar10_example_gen.spec import Cifar10ExampleGenSpec
-
-SPLITS = ("train", "eval")
+from components.cifar10_example_gen.spec import SPLITS, Cifar10ExampleGenSpec
 
 
 class Cifar10ExampleGen(base_beam_component.BaseBeamComponent):

@@ -7,6 +7,8 @@ from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionP
 SOURCE_URI_KEY = "source_uri"
 SOURCE_FINGERPRINT_KEY = "source_fingerprint"
 EVAL_FRACTION_KEY = "eval_fraction"
+# The output splits, always both: the source's test batch or a carve of training data is `eval`.
+SPLITS = ("train", "eval")
 
 
 class Cifar10ExampleGenSpec(ComponentSpec):
