@@ -48,7 +48,7 @@ def expected_probabilities(network, images: np.ndarray, augmentation: str) -> np
     shifted one pixel up-left and down-right (reflect padding) at half the weight."""
 
     def softmax_of(views: np.ndarray) -> np.ndarray:
-        logits = network(tf.constant(views), False, None).numpy().astype(np.float64)
+        logits = network(tf.constant(views)).numpy().astype(np.float64)
         shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
         return shifted / shifted.sum(axis=1, keepdims=True)
 
@@ -98,7 +98,7 @@ def check_pushed_model(out: Path, precision: str) -> None:
     probabilities = by_example[PROBABILITIES_KEY].numpy()
     augmentation = model.RECIPES[summary.training.model].test_time_augmentation
     np.testing.assert_allclose(
-        probabilities, expected_probabilities(loaded.network, images, augmentation), atol=1e-5
+        probabilities, expected_probabilities(loaded.logits, images, augmentation), atol=1e-5
     )
     assert [c.decode() for c in by_example[CLASSES_KEY].numpy()] == [
         LABEL_NAMES[i] for i in probabilities.argmax(axis=1)

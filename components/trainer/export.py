@@ -20,6 +20,7 @@ from components.contract import (
     CLASSES_KEY,
     EXAMPLES_INPUT,
     EXAMPLES_SIGNATURE,
+    IMAGE_SHAPE,
     IMAGE_SIZE,
     IMAGES_INPUT,
     IMAGES_SIGNATURE,
@@ -59,7 +60,11 @@ class ServingModule(tf.Module):
                 f"unknown test-time augmentation '{test_time_augmentation}'; "
                 f"choose one of {', '.join(TEST_TIME_AUGMENTATIONS)}"
             )
-        self.network = network
+        # The Keras model is used, not saved: saving it as a child would serialise every
+        # layer's Keras metadata and trace each layer's call (half the export's time) for
+        # a SavedModel that nothing loads through Keras. Its variables are saved.
+        self.network = self._no_dependency(network)
+        self.network_variables = list(network.variables)
         self.test_time_augmentation = test_time_augmentation
         self.max_image_pixels = max_image_pixels
         self.label_names = tf.constant(LABEL_NAMES)
@@ -86,6 +91,11 @@ class ServingModule(tf.Module):
             PROBABILITIES_KEY: probabilities,
             CLASSES_KEY: tf.gather(self.label_names, tf.argmax(probabilities, axis=1)),
         }
+
+    @tf.function(input_signature=[tf.TensorSpec([None, *IMAGE_SHAPE], tf.uint8)])
+    def logits(self, images: tf.Tensor) -> tf.Tensor:
+        """The network alone on uint8 images, one view, no averaging: for analysis."""
+        return self.network(images, training=False)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=IMAGES_INPUT)])
     def serve_images(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
