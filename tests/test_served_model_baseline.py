@@ -4,6 +4,7 @@ baseline; nothing served means no baseline (the absolute gate alone)."""
 from tfx.components.evaluator import executor as tfx_evaluator
 from tfx.types import standard_artifacts
 
+from components import keras_autograph
 from components.served_model_baseline import executor as baseline
 
 
@@ -88,3 +89,20 @@ def test_evaluator_keeps_a_served_baseline(tmp_path, monkeypatch):
     served = _run(tmp_path, tmp_path / "serving")
     received = _evaluate(monkeypatch, tmp_path, served)
     assert received["baseline_model"] == [served]
+
+
+def test_evaluator_keeps_autograph_out_of_tf_keras(tmp_path, monkeypatch):
+    """In its own container nothing else sets the rule, and AutoGraph rewrote the Keras
+    accuracy metric once per slice (about 6 s)."""
+    from tensorflow.python.autograph.core import config as autograph_config
+
+    without = tuple(r for r in autograph_config.CONVERSION_RULES if r != keras_autograph._RULE)
+    monkeypatch.setattr(autograph_config, "CONVERSION_RULES", without)
+    rules_seen = []
+    monkeypatch.setattr(
+        tfx_evaluator.Executor,
+        "Do",
+        lambda *_: rules_seen.extend(autograph_config.CONVERSION_RULES),
+    )
+    baseline.EvaluatorExecutor().Do({}, {}, {})
+    assert keras_autograph._RULE in rules_seen

@@ -21,6 +21,7 @@ from tfx.utils import io_utils, path_utils
 
 from components import contract
 from components.contract import SAVED_MODEL_FILE
+from components.keras_autograph import leave_tf_keras_unconverted
 from components.served_model_baseline.spec import BASELINE_KEY, SERVING_MODEL_DIR_KEY
 
 # Custom properties on the baseline artifact, for people reading the metadata.
@@ -62,6 +63,7 @@ class Executor(base_executor.BaseExecutor):
 
 class EvaluatorExecutor(evaluator_executor.Executor):
     def Do(self, input_dict, output_dict, exec_properties) -> None:
+        leave_tf_keras_unconverted()  # in its own container, nothing else did
         baselines = input_dict.get(standard_component_specs.BASELINE_MODEL_KEY, [])
         if baselines and not holds_saved_model(baselines[0]):
             logging.info(

@@ -6,16 +6,13 @@ is imported (always before this module); importing this module fails loudly if
 TensorFlow was loaded before that and `tf.keras` is Keras 3 after all. Never import
 `tensorflow.keras` directly.
 
-TF 2.16's AutoGraph leaves the `keras` package alone but not `tf_keras`, so every
-`tf.function` over a Keras model rewrote Keras' own source: 15.5 s to trace one
-training step of the default model on this 2-core CPU, against 0.9 s once
-`tf_keras` is excluded as well (later TensorFlow releases exclude it too).
-Layer `call` methods written in this project are still converted.
+Importing it also keeps AutoGraph out of `tf_keras` (components.keras_autograph).
 """
 
 import tensorflow as tf
 import tf_keras as keras
-from tensorflow.python.autograph.core import config as _autograph_config
+
+from components.keras_autograph import leave_tf_keras_unconverted
 
 if tf.keras.Model is not keras.Model:
     raise ImportError(
@@ -24,9 +21,6 @@ if tf.keras.Model is not keras.Model:
         "`components` (or `pipeline`) first, or set TF_USE_LEGACY_KERAS=1 in the environment"
     )
 
-_autograph_config.CONVERSION_RULES = (
-    *_autograph_config.CONVERSION_RULES,
-    _autograph_config.DoNotConvert("tf_keras"),
-)
+leave_tf_keras_unconverted()
 
 __all__ = ["keras", "tf"]
