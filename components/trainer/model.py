@@ -123,6 +123,44 @@ class ScaledBias(keras.layers.Layer):
         return {**super().get_config(), "scale": self.scale}
 
 
+_SQRT_HALF = 0.7071067811865476
+_INV_SQRT_2PI = 0.3989422804014327
+
+
+@tf.function(jit_compile=True)
+def _gelu_forward(x: tf.Tensor) -> tf.Tensor:
+    x32 = tf.cast(x, tf.float32)
+    return tf.cast(x32 * 0.5 * (1.0 + tf.math.erf(x32 * _SQRT_HALF)), x.dtype)
+
+
+@tf.function(jit_compile=True)
+def _gelu_backward(x: tf.Tensor, upstream: tf.Tensor) -> tf.Tensor:
+    """upstream x d/dx [x Phi(x)] = upstream x (Phi(x) + x phi(x))."""
+    x32 = tf.cast(x, tf.float32)
+    cdf = 0.5 * (1.0 + tf.math.erf(x32 * _SQRT_HALF))
+    pdf = tf.exp(-0.5 * x32 * x32) * _INV_SQRT_2PI
+    return tf.cast(tf.cast(upstream, tf.float32) * (cdf + x32 * pdf), x.dtype)
+
+
+@tf.custom_gradient
+def _fused_gelu(x: tf.Tensor):
+    return _gelu_forward(x), lambda upstream: _gelu_backward(x, upstream)
+
+
+class Gelu(keras.layers.Layer):
+    """Exact GELU, x Phi(x). In training, its forward pass and its gradient are each one
+    XLA-compiled loop over the tensor: TensorFlow runs GELU and its autodiff gradient as
+    about 15 separate elementwise ops, which took 45% of the default model's training op
+    time in bf16 on a 2-core Sapphire Rapids (TF profiler), more than all convolutions.
+    Inference (validation, the exported model) runs TensorFlow's own `gelu`, so nothing
+    that serves the model needs XLA."""
+
+    def call(self, inputs: tf.Tensor, training: bool | None = None) -> tf.Tensor:
+        if training:
+            return _fused_gelu(inputs)
+        return tf.nn.gelu(inputs, approximate=False)
+
+
 def _batch_norm(x: tf.Tensor, momentum: float, bias_scale: float, name: str) -> tf.Tensor:
     """BatchNorm with a frozen unit scale and a trainable, scaled bias."""
     x = keras.layers.BatchNormalization(
@@ -148,7 +186,7 @@ def build_airbench(
     x = stem(x)
     if whitening is not None:
         stem.set_weights([whitening, np.zeros(stem_width, np.float32)])
-    x = keras.layers.Activation("gelu")(x)
+    x = Gelu()(x)
     bias_scale = math.sqrt(bias_lr_multiplier)
     for index, width in enumerate(widths):
         for conv in (1, 2):
@@ -164,7 +202,7 @@ def build_airbench(
             if conv == 1:
                 x = keras.layers.MaxPooling2D(2)(x)
             x = _batch_norm(x, batchnorm_momentum, bias_scale, name)
-            x = keras.layers.Activation("gelu")(x)
+            x = Gelu()(x)
     x = keras.layers.GlobalMaxPooling2D()(x)
     x = keras.layers.Dense(NUM_CLASSES, use_bias=False, name="head")(x)
     # A fixed temperature, as in airbench: keeps logits small early in training.
