@@ -148,14 +148,15 @@ def run(config: PipelineConfig, output_dir: Path) -> RunSummary:
     print(f"Full logs: {log_path}", file=sys.stderr)
     failure: BaseException | None = None
     with _logs_to_file(log_path):
-        # Imported here: TensorFlow's start-up errors belong in the log too.
-        from tfx import v1 as tfx
+        # Imported here: TensorFlow's start-up errors belong in the log too. Not through
+        # `tfx.v1`, which imports google-cloud-aiplatform (seconds) for its extensions.
+        from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
         from pipeline import summary
         from pipeline.topology import create_pipeline
 
         try:
-            tfx.orchestration.LocalDagRunner().run(create_pipeline(config))
+            LocalDagRunner().run(create_pipeline(config))
         except BaseException as err:  # summarise what did run, then re-raise
             failure = err
         facts = dataclasses.replace(

@@ -9,9 +9,11 @@ resources), `config` says so; the components and their wiring do not change.
 from __future__ import annotations
 
 import tensorflow_model_analysis as tfma
-from tfx import v1 as tfx
-from tfx.extensions.google_cloud_ai_platform import constants as vertex_constants
-from tfx.extensions.google_cloud_ai_platform.trainer import executor as vertex_trainer_executor
+from tfx.components import ExampleValidator, StatisticsGen, Trainer
+from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
+from tfx.orchestration import metadata as tfx_metadata
+from tfx.orchestration import pipeline as tfx_pipeline
+from tfx.proto import trainer_pb2
 
 from components.atomic_pusher.component import AtomicPusher
 from components.cifar10_example_gen.component import Cifar10ExampleGen
@@ -98,6 +100,9 @@ def _vertex_training_args(vertex: VertexConfig) -> dict:
         job_spec["service_account"] = vertex.service_account
     if vertex.network:
         job_spec["network"] = vertex.network
+    from tfx.extensions.google_cloud_ai_platform import constants as vertex_constants
+    from tfx.extensions.google_cloud_ai_platform.trainer import executor as vertex_trainer_executor
+
     return {
         vertex_constants.ENABLE_VERTEX_KEY: True,
         vertex_constants.VERTEX_REGION_KEY: vertex.region,
@@ -129,8 +134,8 @@ def _trainer(config: PipelineConfig, examples, schema):
         examples=examples,
         schema=schema,
         run_fn=RUN_FN,
-        train_args=tfx.proto.TrainArgs(splits=[TRAIN_SPLIT]),
-        eval_args=tfx.proto.EvalArgs(splits=[EVAL_SPLIT]),
+        train_args=trainer_pb2.TrainArgs(splits=[TRAIN_SPLIT]),
+        eval_args=trainer_pb2.EvalArgs(splits=[EVAL_SPLIT]),
     )
     # Checkpoints live under the pipeline root, keyed by inputs and config (not under the
     # execution's model path, which on Vertex holds the job id), so a retried Trainer resumes.
@@ -140,12 +145,17 @@ def _trainer(config: PipelineConfig, examples, schema):
         CHECKPOINT_ROOT_KEY: checkpoint_root,
     }
     if config.vertex is not None:
-        trainer = tfx.extensions.google_cloud_ai_platform.Trainer(
+        # Only here: google-cloud-aiplatform takes seconds to import, which local runs skip.
+        from tfx.extensions.google_cloud_ai_platform.trainer.component import (
+            Trainer as VertexTrainer,
+        )
+
+        trainer = VertexTrainer(
             **trainer_args,
             custom_config={**_vertex_training_args(config.vertex), **training_config},
         )
     else:
-        trainer = tfx.components.Trainer(**trainer_args, custom_config=training_config)
+        trainer = Trainer(**trainer_args, custom_config=training_config)
     if config.kubeflow is not None:
         trainer.with_platform_config(_kubeflow_trainer_resources(config.kubeflow))
     return trainer
@@ -155,7 +165,12 @@ def _pusher(config: PipelineConfig, model, blessing, serving_model_dir: str):
     """Vertex's Pusher when deploying to an endpoint; else AtomicPusher into the serving
     directory."""
     if config.vertex is not None and config.vertex.endpoint:
-        return tfx.extensions.google_cloud_ai_platform.Pusher(
+        from tfx.extensions.google_cloud_ai_platform import constants as vertex_constants
+        from tfx.extensions.google_cloud_ai_platform.pusher.component import (
+            Pusher as VertexPusher,
+        )
+
+        return VertexPusher(
             model=model,
             model_blessing=blessing,
             custom_config={
@@ -172,17 +187,17 @@ def _pusher(config: PipelineConfig, model, blessing, serving_model_dir: str):
     return AtomicPusher(model=model, model_blessing=blessing, base_directory=serving_model_dir)
 
 
-def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
+def create_pipeline(config: PipelineConfig) -> tfx_pipeline.Pipeline:
     example_gen = Cifar10ExampleGen(
         source_uri=config.source_uri,
         source_fingerprint=config.source_fingerprint,
         eval_fraction=config.eval_fraction,
     )
-    schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_path)
-    statistics_gen = tfx.components.StatisticsGen(
+    schema_gen = ImportSchemaGen(schema_file=config.schema_path)
+    statistics_gen = StatisticsGen(
         examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"]
     )
-    example_validator = tfx.components.ExampleValidator(
+    example_validator = ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"]
     )
     validation_gate = DataValidationGate(
@@ -211,11 +226,11 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
     )
 
     metadata = (
-        tfx.orchestration.metadata.sqlite_metadata_connection_config(config.metadata_path)
+        tfx_metadata.sqlite_metadata_connection_config(config.metadata_path)
         if config.metadata_path
         else None
     )
-    return tfx.dsl.Pipeline(
+    return tfx_pipeline.Pipeline(
         pipeline_name=config.pipeline_name,
         pipeline_root=config.pipeline_root,
         components=[

@@ -58,3 +58,22 @@ def test_schema_is_found_as_package_data():
 
     assert SCHEMA_PATH.name == "schema.pbtxt" and SCHEMA_PATH.exists()
     assert "feature" in SCHEMA_PATH.read_text()
+
+
+def test_a_local_pipeline_does_not_import_the_vertex_client(tmp_path):
+    """google-cloud-aiplatform took seconds of every local run's start (through `tfx.v1`);
+    only compiling or submitting for Vertex needs it."""
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from pipeline.config import TrainingConfig\n"
+        "from pipeline.local_runner import local_config\n"
+        "from pipeline.topology import create_pipeline\n"
+        "from tfx.orchestration.local.local_dag_runner import LocalDagRunner\n"
+        f"config = local_config(Path({str(tmp_path)!r}), '/d/c.tar.gz', 'f', TrainingConfig())\n"
+        "create_pipeline(config)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('google.cloud.aiplatform')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
