@@ -152,6 +152,7 @@ def _kill_worker_after_first_checkpoint(run: subprocess.Popen, out, deadline: fl
 
 
 @pytest.mark.integration
+@pytest.mark.multi_worker
 def test_two_workers_train_one_model_and_survive_a_killed_worker(tiny_archive, tmp_path):
     """`run --workers 2` on the tiny archive: worker 1 is killed during epoch 2; the group
     restarts, resumes from the last finished epoch, both workers end with the same weights,
@@ -172,7 +173,7 @@ def test_two_workers_train_one_model_and_survive_a_killed_worker(tiny_archive, t
             run.wait()
     assert run.returncode == 0, stderr.decode()[-4000:]
     assert killed, "the run ended before worker 1 could be killed"
-    training = json.loads((out / "run_summary.json").read_text())["training"]
+    training = json.loads((out / "run_summary.json").read_text())  # flat: training facts first
     assert (training["strategy"], training["workers"], training["replicas"]) == (
         "multi_worker",
         2,
