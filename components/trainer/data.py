@@ -135,13 +135,14 @@ def _without_autotuning() -> tf.data.Options:
 def training_dataset(
     images: tf.Tensor,
     labels: tf.Tensor,
-    global_batch_size: int,
+    batch_size: int,
     seed: int = 0,
     alternating_flip: bool = False,
     first_epoch: int = 0,
     batches_per_epoch: int | None = None,
 ) -> tf.data.Dataset:
-    """Shuffled, augmented, fixed-shape batches, epoch after epoch without end; every
+    """Shuffled, augmented, fixed-shape batches of `batch_size` (per replica when a
+    strategy's input function calls it), epoch after epoch without end; every
     epoch is one pass (drop remainder) in an order fixed by (`seed`, epoch), so a run
     resumed at `first_epoch` sees the batches an unbroken run would have. With
     `batches_per_epoch`, an epoch is that many batches of the pass (so that every replica
@@ -154,10 +155,10 @@ def training_dataset(
     every image is mirrored at random each time.
     """
     count = int(images.shape[0])
-    used = count if batches_per_epoch is None else batches_per_epoch * global_batch_size
+    used = count if batches_per_epoch is None else batches_per_epoch * batch_size
     if used > count:
         raise ValueError(
-            f"{batches_per_epoch} batches of {global_batch_size} need {used} images, "
+            f"{batches_per_epoch} batches of {batch_size} need {used} images, "
             f"this shard has {count}"
         )
     mirrored_first = tf.random.stateless_uniform([count], seed=[seed, -1]) < 0.5
@@ -167,7 +168,7 @@ def training_dataset(
         order = tf.random.experimental.stateless_shuffle(tf.range(count), seed=epoch_seed)
         return (
             tf.data.Dataset.from_tensor_slices(order[:used])
-            .batch(global_batch_size, drop_remainder=True)
+            .batch(batch_size, drop_remainder=True)
             .map(lambda indices: (indices, epoch))
         )
 
