@@ -61,6 +61,15 @@ def _add_training_args(parser: argparse.ArgumentParser) -> None:
         default=_default(TrainingConfig, "cpu_replicas"),
         help="split the CPU into N logical devices for MirroredStrategy",
     )
+    group.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        default=1,
+        help="train with N worker processes (MultiWorkerMirroredStrategy): run: N local "
+        "processes on loopback; compile --target vertex: a chief and N-1 workers of "
+        "--worker-machine-type (default: %(default)s)",
+    )
     group.add_argument("--epochs", type=int, help="default: the model recipe's")
     group.add_argument(
         "--per-replica-batch-size", type=int, help="default: 128 on TPU, the recipe's elsewhere"
@@ -86,9 +95,12 @@ def _add_training_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _training_config(args: argparse.Namespace) -> TrainingConfig:
+    """The Trainer's settings; several workers train with multi_worker (auto becomes it, any
+    other strategy is refused by the configuration that checks it)."""
+    multi = args.workers > 1 and args.strategy == "auto"
     return TrainingConfig(
         model=args.model,
-        strategy=args.strategy,
+        strategy="multi_worker" if multi else args.strategy,
         tpu=args.tpu,
         cpu_replicas=args.cpu_replicas,
         epochs=args.epochs,
@@ -149,6 +161,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             max_regression=args.max_regression,
             enable_cache=not args.no_cache,
             beam_args=tuple(args.beam_arg),
+            local_workers=args.workers,
         )
         checking = time.time()
         counts = count_records(source)
@@ -247,6 +260,10 @@ def _vertex_config(args: argparse.Namespace):
         training=_training_config(args),
         tpu_type=args.tpu_type,
         tpu_count=args.tpu_cores,
+        workers=args.workers,
+        worker_machine_type=args.worker_machine_type,
+        worker_gpus=args.worker_gpus,
+        worker_gpu_type=args.worker_gpu_type,
         dataflow_region=args.dataflow_region,
         dataflow_temp_location=args.dataflow_temp_location,
         endpoint=args.endpoint,
@@ -477,8 +494,9 @@ def _add_compile_parser(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--tpu-type",
-        default="v2-8",
-        help=f"Cloud TPU of the training worker: {', '.join(TPU_NAMES)} (default: %(default)s)",
+        default="",
+        help=f"Cloud TPU of the training job: {', '.join(TPU_NAMES)} (default: v2-8, "
+        "unless --worker-machine-type asks for CPU or GPU workers)",
     )
     parser.add_argument(
         "--tpu-image",
@@ -498,6 +516,7 @@ def _add_compile_parser(commands: argparse._SubParsersAction) -> None:
         help="deploy the blessed model to this Vertex endpoint "
         "instead of pushing to <pipeline-root>/serving",
     )
+    _add_vertex_worker_args(parser)
     _add_kubeflow_pod_args(parser)
     parser.add_argument(
         "--output", default="pipeline.yaml", help="file to write (default: %(default)s)"
@@ -506,6 +525,21 @@ def _add_compile_parser(commands: argparse._SubParsersAction) -> None:
     _add_training_args(parser)
     _add_gate_args(parser)
     parser.set_defaults(func=cmd_compile)
+
+
+def _add_vertex_worker_args(parser: argparse.ArgumentParser) -> None:
+    """CPU or GPU machines instead of a Cloud TPU; only `compile --target vertex` reads them."""
+    vertex = parser.add_argument_group("vertex: CPU or GPU training workers instead of a TPU")
+    vertex.add_argument(
+        "--worker-machine-type",
+        default="",
+        help="train on --workers N machines of this type (e.g. n1-standard-8): a chief pool "
+        "of one and a worker pool of N-1",
+    )
+    vertex.add_argument("--worker-gpus", type=int, default=0, metavar="N", help="GPUs per worker")
+    vertex.add_argument(
+        "--worker-gpu-type", default="", help="Vertex accelerator type, e.g. NVIDIA_TESLA_T4"
+    )
 
 
 def _add_kubeflow_pod_args(parser: argparse.ArgumentParser) -> None:

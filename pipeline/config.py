@@ -29,6 +29,12 @@ class VertexConfig:
     region: str
     image: str
     tpu_type: str = "v2-8"  # Cloud TPU name; pipeline/tpu.py maps it to the worker pool
+    # CPU or GPU workers instead of a TPU (pipeline/worker_pools.py): a chief and workers-1
+    # more of this machine type, with worker_gpus of worker_gpu_type each.
+    worker_machine_type: str = ""
+    workers: int = 1
+    worker_gpus: int = 0
+    worker_gpu_type: str = ""  # Vertex's AcceleratorType name, e.g. NVIDIA_TESLA_T4
     tpu_image: str = ""  # the training CustomJob's image (Dockerfile target tpu-trainer)
     service_account: str = ""  # the training CustomJob runs as this account (default: Vertex's)
     network: str = ""  # projects/NUMBER/global/networks/NAME to peer the CustomJob with
@@ -80,8 +86,19 @@ class PipelineConfig:
     enable_cache: bool = True
     vertex: VertexConfig | None = None
     kubeflow: KubeflowConfig | None = None
+    # >1: the local Trainer step runs as this many worker processes (MultiWorkerMirrored).
+    local_workers: int = 1
 
     def __post_init__(self) -> None:
+        if self.local_workers < 1:
+            raise ValueError(f"local_workers must be at least 1, got {self.local_workers}")
+        if self.local_workers > 1 and (self.vertex or self.kubeflow):
+            raise ValueError("local_workers is for local runs; Vertex has --workers")
+        if self.local_workers > 1 and self.training.strategy != "multi_worker":
+            raise ValueError(
+                f"{self.local_workers} local workers train with strategy multi_worker, "
+                f"not '{self.training.strategy}'"
+            )
         if not 0.0 <= self.accuracy_gate <= 1.0:
             raise ValueError(f"accuracy_gate must be in [0, 1], got {self.accuracy_gate}")
         if not 0.0 < self.eval_fraction < 1.0:

@@ -67,6 +67,11 @@ def kubeflow_config(
     source_uri = _artifact_store_uri("--data", source_uri)
     if not image:
         raise ValueError("--image is required: the pipeline image every step runs")
+    if training.strategy == "multi_worker":
+        raise ValueError(
+            "--workers / --strategy multi_worker are not compiled for Kubeflow Pipelines: "
+            "the Trainer is one pod (see README, Kubeflow: several workers)"
+        )
     return cloud_pipeline_config(
         pipeline_name=pipeline_name,
         pipeline_root=root,

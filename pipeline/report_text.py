@@ -24,11 +24,17 @@ def render(summary: RunSummary) -> str:
     if training is not None:
         lines.append(
             f"training       {training.model} on {training.strategy} strategy, "
-            f"{training.replicas} replica(s), global batch {training.global_batch_size} "
+            f"{training.workers} worker(s), {training.replicas} replica(s), "
+            f"global batch {training.global_batch_size} "
             f"({training.per_replica_batch_size} per replica), {training.epochs} epochs, "
             f"fit {training.fit_seconds}s, {training.training_flops:.2e} FLOPs"
         )
         lines.append(f"precision      {training.precision} ({training.precision_reason})")
+        if training.allreduce_seconds is not None:
+            lines.append(
+                f"scaling        {training.step_seconds}s a step, all-reduce "
+                f"{training.allreduce_seconds * 1000:.1f} ms of {training.gradient_bytes:,} bytes"
+            )
     evaluation = summary.evaluation
     if evaluation is not None:
         lines.append(

@@ -27,11 +27,12 @@ from components.contract import (
     TRAINER_NODE,
 )
 from components.served_model_baseline.component import ServedBaselineEvaluator, ServedModelBaseline
-from components.trainer.config import CHECKPOINT_ROOT_KEY
+from components.trainer.config import CHECKPOINT_ROOT_KEY, LOCAL_WORKERS_KEY
 from components.trainer.config import CUSTOM_CONFIG_KEY as TRAINING_CONFIG_KEY
+from components.trainer.local_workers import MultiWorkerTrainer
 from components.validation_gate.component import DataValidationGate
 from pipeline.config import KubeflowConfig, PipelineConfig, VertexConfig
-from pipeline.tpu import tpu_worker
+from pipeline.worker_pools import worker_pool_specs
 
 RUN_FN = "components.trainer.run.run_fn"
 
@@ -81,21 +82,9 @@ def eval_config(accuracy_gate: float, max_regression: float) -> tfma.EvalConfig:
 
 
 def _vertex_training_args(vertex: VertexConfig) -> dict:
-    """Vertex CustomJob: one TPU host running this project's image, as the configured service
-    account on the configured network, with the configured labels."""
-    worker = tpu_worker(vertex.tpu_type)
-    container: dict = {"image_uri": vertex.tpu_image or vertex.image}
-    if worker.container_env():
-        container["env"] = worker.container_env()
-    job_spec: dict = {
-        "worker_pool_specs": [
-            {
-                "machine_spec": worker.machine_spec(),
-                "replica_count": 1,
-                "container_spec": container,
-            }
-        ],
-    }
+    """Vertex CustomJob: a Cloud TPU, or CPU/GPU workers, running this project's image, as
+    the configured service account on the configured network, with the configured labels."""
+    job_spec: dict = {"worker_pool_specs": worker_pool_specs(vertex)}
     if vertex.service_account:
         job_spec["service_account"] = vertex.service_account
     if vertex.network:
@@ -154,6 +143,11 @@ def _trainer(config: PipelineConfig, examples, schema):
             **trainer_args,
             custom_config={**_vertex_training_args(config.vertex), **training_config},
         )
+    elif config.local_workers > 1:
+        trainer = MultiWorkerTrainer(
+            **trainer_args,
+            custom_config={**training_config, LOCAL_WORKERS_KEY: config.local_workers},
+        ).with_id(TRAINER_NODE)
     else:
         trainer = Trainer(**trainer_args, custom_config=training_config)
     if config.kubeflow is not None:

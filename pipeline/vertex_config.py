@@ -4,6 +4,7 @@ a PipelineConfig, before any TFX import."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from pipeline.config import PipelineConfig, TrainingConfig, VertexConfig, cloud_pipeline_config
 from pipeline.tpu import tpu_worker
@@ -52,6 +53,72 @@ def _dataflow_args(
     return (*args, *extra)
 
 
+@dataclass(frozen=True)
+class WorkerPools:
+    """The training job's machines as the flags ask for them: a Cloud TPU (`--tpu-type`,
+    v2-8 by default) or `--workers` CPU/GPU machines of `--worker-machine-type`; checked
+    here so that a bad combination fails at compile time, naming the flag."""
+
+    tpu_type: str
+    tpu_count: int | None
+    workers: int
+    machine_type: str
+    gpus: int
+    gpu_type: str
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"--workers must be at least 1, got {self.workers}")
+        if self.machine_type:
+            if self.tpu_type or self.tpu_count:
+                raise ValueError(
+                    "--tpu-type/--tpu-cores and --worker-machine-type exclude each other"
+                )
+            _check_gpus(self.gpus, self.gpu_type)
+            return
+        if self.workers > 1 or self.gpus or self.gpu_type:
+            raise ValueError(
+                "--workers and --worker-gpus need --worker-machine-type (CPU or GPU workers); "
+                "for more TPU chips pick a larger slice with --tpu-type"
+            )
+        tpu_worker(self.tpu_name, self.tpu_count)  # refuses unknown names with the list
+
+    @property
+    def tpu_name(self) -> str:
+        return "" if self.machine_type else tpu_worker(self.tpu_type or "v2-8").name
+
+    def training(self, training: TrainingConfig) -> TrainingConfig:
+        """The strategy that fits: tpu on a TPU, multi_worker on several workers, else
+        auto (MirroredStrategy over one machine's GPUs)."""
+        fits = "tpu" if not self.machine_type else "multi_worker" if self.workers > 1 else "auto"
+        if training.strategy not in ("auto", fits):
+            raise ValueError(
+                f"--strategy {training.strategy} does not fit this training job "
+                f"({self.describe()}); leave --strategy at auto (or pass {fits})"
+            )
+        values = {**training.to_custom_config(), "strategy": fits}
+        if fits == "tpu":
+            values["tpu"] = training.tpu or "local"
+        return TrainingConfig(**values)
+
+    def describe(self) -> str:
+        if not self.machine_type:
+            return f"Cloud TPU {self.tpu_name}"
+        gpus = f" with {self.gpus} {self.gpu_type}" if self.gpus else ""
+        return f"{self.workers} x {self.machine_type}{gpus}"
+
+
+def _check_gpus(gpus: int, gpu_type: str) -> None:
+    """GPUs need a type Vertex knows (aiplatform's own AcceleratorType enum), and no TPU."""
+    from google.cloud.aiplatform_v1.types import AcceleratorType
+
+    if gpus < 0 or bool(gpus) != bool(gpu_type):
+        raise ValueError("--worker-gpus N and --worker-gpu-type TYPE go together (N >= 1)")
+    known = sorted(n for n in AcceleratorType.__members__ if n.startswith("NVIDIA_"))
+    if gpu_type and gpu_type not in known:
+        raise ValueError(f"--worker-gpu-type '{gpu_type}' is not one of {', '.join(known)}")
+
+
 def vertex_config(
     *,
     project: str,
@@ -60,8 +127,12 @@ def vertex_config(
     image: str,
     source_uri: str,
     training: TrainingConfig,
-    tpu_type: str = "v2-8",
+    tpu_type: str = "",
     tpu_count: int | None = None,
+    workers: int = 1,
+    worker_machine_type: str = "",
+    worker_gpus: int = 0,
+    worker_gpu_type: str = "",
     dataflow_region: str = "",
     dataflow_temp_location: str = "",
     endpoint: str = "",
@@ -82,7 +153,9 @@ def vertex_config(
             f"--data must be a gs:// URI on Vertex (copy the archive to GCS "
             f"first), got '{source_uri}'"
         )
-    worker = tpu_worker(tpu_type, tpu_count)
+    pools = WorkerPools(
+        tpu_type, tpu_count, workers, worker_machine_type, worker_gpus, worker_gpu_type
+    )
     for arg in beam_args:
         if not arg.startswith("--"):
             raise ValueError(
@@ -97,28 +170,24 @@ def vertex_config(
             project, dataflow_region, dataflow_temp_location, image, service_account, beam_args
         )
     root = pipeline_root.rstrip("/")
-    if training.strategy not in ("auto", "tpu"):
-        raise ValueError(
-            f"--strategy {training.strategy} cannot run on the Vertex Cloud TPU "
-            "worker pool; leave --strategy at auto (or pass tpu)"
-        )
     if training.cpu_replicas:
-        raise ValueError("--cpu-replicas splits a local CPU; it has no meaning on a Cloud TPU")
-    tpu_training = TrainingConfig(
-        **{**training.to_custom_config(), "strategy": "tpu", "tpu": training.tpu or "local"}
-    )
+        raise ValueError("--cpu-replicas splits a local CPU; it has no meaning on Vertex AI")
     return cloud_pipeline_config(
         pipeline_name=pipeline_name,
         pipeline_root=root,
         source_uri=source_uri,
         source_fingerprint=source_fingerprint,
-        training=tpu_training,
+        training=pools.training(training),
         beam_args=tuple(beam_args),
         vertex=VertexConfig(
             project=project,
             region=region,
             image=image,
-            tpu_type=worker.name,
+            tpu_type=pools.tpu_name,
+            worker_machine_type=worker_machine_type,
+            workers=workers,
+            worker_gpus=worker_gpus,
+            worker_gpu_type=worker_gpu_type,
             tpu_image=tpu_image,
             service_account=service_account,
             network=network,

@@ -191,3 +191,18 @@ def test_recipe_overrides_are_typed_and_unknown_fields_refused():
     assert recipe_trial._parse_override(recipe, "epochs=6") == ("epochs", 6)
     with pytest.raises(SystemExit, match="no recipe field 'depth'"):
         recipe_trial._parse_override(recipe, "depth=3")
+
+
+def test_on_paper_tpu_efficiency_is_compute_over_compute_plus_ring_allreduce():
+    from benchmarks import scaling
+
+    tpu = scaling.Tpu("t", core_tflops=10.0, utilisation=0.5, link_gbytes=1.0, hop_microseconds=10)
+    result = scaling.efficiency(
+        tpu, 4, forward_flops=1e6, gradient_bytes=1_000_000, per_core_batch=100
+    )
+    compute = 3 * 1e6 * 100 / 5e12  # 0.06 ms
+    allreduce = 6 / 4 * 1e6 / 1e9 + 6 * 10e-6  # 1.5 ms of bandwidth, 0.06 ms of hops
+    assert result["compute_ms"] == round(compute * 1e3, 3)
+    assert result["allreduce_ms"] == round(allreduce * 1e3, 3)
+    assert result["efficiency"] == round(compute / (compute + allreduce), 3)
+    assert scaling.efficiency(tpu, 32, 1e6, 1_000_000)["efficiency"] < result["efficiency"]

@@ -84,3 +84,23 @@ def test_missing_and_unknown_fields_are_errors_that_name_them(tmp_path):
         RunSummary.from_json(values)
     with pytest.raises(FileNotFoundError, match="no run summary"):
         RunSummary.load(tmp_path)
+
+
+def test_the_console_summary_names_workers_and_the_all_reduce():
+    import dataclasses
+
+    from pipeline import report_text
+
+    multi = dataclasses.replace(
+        TRAINING,
+        strategy="multi_worker",
+        workers=2,
+        replicas=2,
+        step_seconds=0.46,
+        allreduce_seconds=0.01,
+        gradient_bytes=1_177_344,
+    )
+    text = report_text.render(dataclasses.replace(SUMMARY, training=multi))
+    assert "multi_worker strategy, 2 worker(s), 2 replica(s)" in text
+    assert "0.46s a step, all-reduce 10.0 ms of 1,177,344 bytes" in text
+    assert "all-reduce" not in report_text.render(SUMMARY)  # one replica: nothing to reduce

@@ -1,5 +1,5 @@
 """Cloud TPU names -> Vertex worker pools, checked with google-cloud-aiplatform's own types;
-steps_per_execution and the multi-host refusal as pure decisions."""
+steps_per_execution and the input hosts of a slice as pure decisions."""
 
 import pytest
 from google.cloud.aiplatform_v1.types import (
@@ -10,7 +10,6 @@ from google.cloud.aiplatform_v1.types import (
 )
 
 from components.trainer import tpu_runtime
-from components.trainer.strategy import StrategyError
 from pipeline import tpu
 
 # What Vertex expects for each name (Vertex custom training docs: TPU v2/v3 as cloud-tpu with
@@ -24,6 +23,16 @@ EXPECTED = {
     "v5litepod-4": ("ct5lp-hightpu-4t", AcceleratorType.ACCELERATOR_TYPE_UNSPECIFIED, 0),
     "v5litepod-8": ("ct5lp-hightpu-8t", AcceleratorType.ACCELERATOR_TYPE_UNSPECIFIED, 0),
 }
+# Multi-host v5e slices: 4-chip hosts, the slice's shape as tpu_topology (chips, topology, hosts).
+MULTI_HOST = {
+    "v5litepod-16": (16, "4x4", 4),
+    "v5litepod-32": (32, "4x8", 8),
+    "v5litepod-64": (64, "8x8", 16),
+    "v5litepod-128": (128, "8x16", 32),
+    "v5litepod-256": (256, "16x16", 64),
+}
+for _name in MULTI_HOST:
+    EXPECTED[_name] = ("ct5lp-hightpu-4t", AcceleratorType.ACCELERATOR_TYPE_UNSPECIFIED, 0)
 
 
 def test_every_accepted_name_is_checked_here():
@@ -46,11 +55,30 @@ def test_each_name_builds_a_valid_vertex_worker_pool(name):
     assert machine.machine_type == machine_type
     assert machine.accelerator_type == accelerator
     assert machine.accelerator_count == count
+    chips, topology, hosts = MULTI_HOST.get(name, (None, "", 1))
+    assert machine.tpu_topology == topology
+    assert tpu.tpu_worker(name).hosts == hosts
+    if chips:
+        assert tpu.tpu_worker(name).replicas == chips
+        rows, cols = map(int, topology.split("x"))
+        assert rows * cols == chips == 4 * hosts  # 4 chips per ct5lp-hightpu-4t host
 
 
 @pytest.mark.parametrize(
     "name",
-    ["v2-32", "v3-8x", "v4-8", "v5litepod-16", "v5p-8", "v6e-8", "TPU_V5_LITEPOD", "tpu_v2", ""],
+    [
+        "v2-32",
+        "v3-32",
+        "v3-8x",
+        "v4-8",
+        "v5litepod-2",
+        "v5litepod-512",
+        "v5p-8",
+        "v6e-8",
+        "TPU_V5_LITEPOD",
+        "tpu_v2",
+        "",
+    ],
 )
 def test_names_vertex_does_not_offer_for_tensorflow_are_refused_with_the_list(name):
     with pytest.raises(ValueError) as err:
@@ -72,13 +100,6 @@ def test_steps_per_execution_only_on_tpu_and_never_past_an_epoch():
     assert tpu_runtime.steps_per_execution("tpu", 5) == 5
     for kind in ("mirrored", "default", "multi_worker"):
         assert tpu_runtime.steps_per_execution(kind, 1000) == 1
-
-
-def test_a_multi_host_tpu_slice_is_refused_and_one_host_is_not():
-    tpu_runtime.check_single_host("tpu", 1)
-    tpu_runtime.check_single_host("mirrored", 4)  # hosts only matter for the TPU input path
-    with pytest.raises(StrategyError, match="the TPU slice has 4 hosts.*single-host slice"):
-        tpu_runtime.check_single_host("tpu", 4)
 
 
 def test_input_hosts_reads_the_strategy():

@@ -194,7 +194,7 @@ def test_cloud_flags_reach_the_training_job_and_dataflow(compiled_for_v5e):
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--tpu-type", "v5litepod-16"], "--tpu-type 'v5litepod-16' is not offered"),
+        (["--tpu-type", "v3-32"], "--tpu-type 'v3-32' is not offered"),
         (["--tpu-type", "v4-8"], "choose one of v2-8, v3-8, v5litepod-1"),
         (["--tpu-type", "TPU_V2", "--tpu-cores", "32"], "--tpu-cores 32 does not match"),
         (["--beam-arg", "disk_size_gb=100"], "--beam-arg 'disk_size_gb=100' must be a Beam option"),
@@ -483,7 +483,7 @@ def test_submit_without_credentials_is_one_clear_line(compiled, tmp_path, monkey
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--strategy", "mirrored"], "--strategy mirrored cannot run on the Vertex Cloud TPU"),
+        (["--strategy", "mirrored"], "--strategy mirrored does not fit this training job"),
         (["--cpu-replicas", "8"], "--cpu-replicas splits a local CPU"),
     ],
 )
@@ -526,3 +526,73 @@ def test_reading_and_submitting_a_compiled_file_imports_no_tfx():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "[]"
+
+
+def _compile_custom_config(tmp_path, flags):
+    args = [a for a in COMPILE_ARGS if a not in ("TPU_V3", "8", "--tpu-type", "--tpu-cores")]
+    path = tmp_path / "p.json"
+    assert cli.main(args + flags + ["--output", str(path)]) == 0
+    parameter = _tasks(json.loads(path.read_text()))["Trainer"]["inputs"]["parameters"]
+    return json.loads(parameter["custom_config"]["runtimeValue"]["constant"])
+
+
+def test_gpu_workers_compile_to_a_chief_pool_and_a_worker_pool(tmp_path):
+    custom = _compile_custom_config(
+        tmp_path,
+        ["--workers", "3", "--worker-machine-type", "n1-standard-8"]
+        + ["--worker-gpus", "2", "--worker-gpu-type", "NVIDIA_TESLA_T4"],
+    )
+    spec = CustomJobSpec(**custom[vertex_file.TRAINING_ARGS_KEY]["job_spec"])
+    chief, workers = spec.worker_pool_specs  # Vertex's own type accepts both pools
+    assert (chief.replica_count, workers.replica_count) == (1, 2)
+    for pool in (chief, workers):
+        assert pool.machine_spec.machine_type == "n1-standard-8"
+        assert pool.machine_spec.accelerator_type == AcceleratorType.NVIDIA_TESLA_T4
+        assert pool.machine_spec.accelerator_count == 2
+        assert pool.container_spec.image_uri == IMAGE
+    assert custom["training"]["strategy"] == "multi_worker"
+    assert custom["training"]["tpu"] == ""  # no TPU to connect to
+
+
+def test_a_multi_host_tpu_slice_compiles_to_one_replica_with_its_topology(tmp_path):
+    custom = _compile_custom_config(tmp_path, ["--tpu-type", "v5litepod-16"])
+    [pool] = CustomJobSpec(**custom[vertex_file.TRAINING_ARGS_KEY]["job_spec"]).worker_pool_specs
+    assert pool.machine_spec.machine_type == "ct5lp-hightpu-4t"
+    assert pool.machine_spec.tpu_topology == "4x4"
+    assert pool.replica_count == 1  # Vertex provisions the slice's 4 hosts as one replica
+    assert custom["training"]["strategy"] == "tpu"
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--workers", "2"], "--workers and --worker-gpus need --worker-machine-type"),
+        (["--workers", "0"], "--workers must be at least 1"),
+        (
+            ["--worker-machine-type", "n1-standard-8", "--tpu-type", "v2-8"],
+            "--tpu-type/--tpu-cores and --worker-machine-type exclude each other",
+        ),
+        (
+            ["--worker-machine-type", "n1-standard-8", "--worker-gpus", "1"],
+            "--worker-gpus N and --worker-gpu-type TYPE go together",
+        ),
+        (
+            ["--worker-machine-type", "a2-highgpu-1g", "--worker-gpus", "1"]
+            + ["--worker-gpu-type", "NVIDIA_A100"],
+            "--worker-gpu-type 'NVIDIA_A100' is not one of",
+        ),
+        (
+            ["--worker-machine-type", "n1-standard-8", "--workers", "2", "--strategy", "tpu"],
+            "--strategy tpu does not fit this training job (2 x n1-standard-8)",
+        ),
+    ],
+)
+def test_worker_flags_that_do_not_fit_are_one_line_at_compile_time(
+    flags, message, tmp_path, capsys
+):
+    args = [a for a in COMPILE_ARGS if a not in ("TPU_V3", "8", "--tpu-type", "--tpu-cores")]
+    output = tmp_path / "p.json"
+    assert cli.main(args + flags + ["--output", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not output.exists()

@@ -111,10 +111,16 @@ class EpochCheckpoints(keras.callbacks.Callback):
 
     KEEP = 3
 
-    def __init__(self, network: keras.Model, directory: str):
+    def __init__(self, network: keras.Model, directory: str, save_directory: str = ""):
         super().__init__()
         self.checkpoint = tf.train.Checkpoint(model=network, optimizer=network.optimizer)
         self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=self.KEEP)
+        # A non-chief worker restores from the chief's `directory` and saves to its own.
+        self.saver = (
+            tf.train.CheckpointManager(self.checkpoint, save_directory, max_to_keep=1)
+            if save_directory and save_directory != directory
+            else self.manager
+        )
         self.skipped: list[dict[str, str]] = []  # unreadable checkpoints, newest first
 
     def restore_latest(self) -> int:
@@ -157,7 +163,32 @@ class EpochCheckpoints(keras.callbacks.Callback):
         return {"skipped": self.skipped, "resumed_from_epoch": resumed_from_epoch}
 
     def on_epoch_end(self, epoch, logs=None):
-        self.manager.save(checkpoint_number=epoch + 1)
+        self.saver.save(checkpoint_number=epoch + 1)
+
+
+class StepTimer(keras.callbacks.Callback):
+    """Seconds per training step in the steady state: from the end of each epoch's first
+    step to the end of its last (no tracing, validation or checkpoint inside), the median
+    over epochs after the first when there are several."""
+
+    def __init__(self):
+        super().__init__()
+        self._per_epoch: list[float] = []
+        self._first_end = 0.0
+
+    def on_train_batch_end(self, batch, logs=None):
+        steps = self.params["steps"]
+        if batch not in (0, steps - 1):
+            return
+        self.model.optimizer.iterations.numpy()  # waits for the step to finish
+        if batch == 0:
+            self._first_end = time.perf_counter()
+        elif steps > 1:
+            self._per_epoch.append((time.perf_counter() - self._first_end) / (steps - 1))
+
+    def step_seconds(self) -> float | None:
+        timed = self._per_epoch[1:] or self._per_epoch
+        return round(float(sorted(timed)[len(timed) // 2]), 4) if timed else None
 
 
 class TrainingProgress(keras.callbacks.Callback):

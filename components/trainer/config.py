@@ -15,6 +15,9 @@ CUSTOM_CONFIG_KEY = "training"
 # config: the pipeline sets <pipeline_root>/Trainer/checkpoints, the same for every job, so
 # a retried Trainer resumes.
 CHECKPOINT_ROOT_KEY = "checkpoint_root"
+# custom_config key of how many local worker processes run the Trainer step
+# (`run --workers N`, components/trainer/local_workers.py); absent: one, in-process.
+LOCAL_WORKERS_KEY = "local_workers"
 
 STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "default")
 MODELS = ("airbench", "airbench94", "seed_cnn")

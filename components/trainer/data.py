@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
 
 from components.contract import IMAGE_KEY, IMAGE_SHAPE, LABEL_KEY
 from components.trainer.keras import tf
@@ -59,11 +62,40 @@ def read_split(file_patterns: Sequence[str]) -> tf.data.Dataset:
 
 def load_split(file_patterns: Sequence[str]) -> tuple[tf.Tensor, tf.Tensor]:
     """The whole split as two tensors (the in-memory cache)."""
-    images, labels = [], []
+    shard = load_shard(file_patterns, 0, 1)
+    return shard.images, shard.labels
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One worker's part of a split: record i of the split (in file order) belongs to
+    worker i % count. `total` counts the whole split, so that every worker works out the
+    same number of steps per epoch from it."""
+
+    images: tf.Tensor
+    labels: tf.Tensor
+    total: int
+
+
+def load_shard(file_patterns: Sequence[str], index: int, count: int) -> Shard:
+    """Worker `index` of `count`'s records as two tensors. Every worker streams the split's
+    files once (they are not split into as many files as there are workers), but keeps only
+    its own records in memory: 1/count of the split."""
+    images, labels, seen = [], [], 0
     for batch_images, batch_labels in read_split(file_patterns).batch(8192):
-        images.append(batch_images)
-        labels.append(batch_labels)
-    return tf.concat(images, 0), tf.concat(labels, 0)
+        size = int(batch_labels.shape[0])
+        mine = tf.equal((tf.range(seen, seen + size) % count), index)
+        images.append(tf.boolean_mask(batch_images, mine))
+        labels.append(tf.boolean_mask(batch_labels, mine))
+        seen += size
+    return Shard(tf.concat(images, 0), tf.concat(labels, 0), seen)
+
+
+def first_images(file_patterns: Sequence[str], count: int) -> np.ndarray:
+    """The split's first `count` images in file order: the same on every worker, whatever
+    its shard (the whitening stem is computed from them)."""
+    batches = [batch for batch, _ in read_split(file_patterns).batch(count).take(1)]
+    return batches[0].numpy()
 
 
 def translate_batch(images: tf.Tensor, translate: int = 2) -> tf.Tensor:
@@ -103,14 +135,18 @@ def _without_autotuning() -> tf.data.Options:
 def training_dataset(
     images: tf.Tensor,
     labels: tf.Tensor,
-    global_batch_size: int,
+    batch_size: int,
     seed: int = 0,
     alternating_flip: bool = False,
     first_epoch: int = 0,
+    batches_per_epoch: int | None = None,
 ) -> tf.data.Dataset:
-    """Shuffled, augmented, fixed-shape batches, epoch after epoch without end; every
+    """Shuffled, augmented, fixed-shape batches of `batch_size` (per replica when a
+    strategy's input function calls it), epoch after epoch without end; every
     epoch is one pass (drop remainder) in an order fixed by (`seed`, epoch), so a run
-    resumed at `first_epoch` sees the batches an unbroken run would have.
+    resumed at `first_epoch` sees the batches an unbroken run would have. With
+    `batches_per_epoch`, an epoch is that many batches of the pass (so that every replica
+    and worker ends its epoch on the same step).
 
     Shuffles indices and gathers whole batches from the cached tensors: a shuffle buffer
     of 45,000 image slices costs seconds to fill and to tear down each epoch. With
@@ -119,14 +155,20 @@ def training_dataset(
     every image is mirrored at random each time.
     """
     count = int(images.shape[0])
+    used = count if batches_per_epoch is None else batches_per_epoch * batch_size
+    if used > count:
+        raise ValueError(
+            f"{batches_per_epoch} batches of {batch_size} need {used} images, "
+            f"this shard has {count}"
+        )
     mirrored_first = tf.random.stateless_uniform([count], seed=[seed, -1]) < 0.5
 
     def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
         epoch_seed = tf.stack([tf.constant(seed, tf.int64), epoch])
         order = tf.random.experimental.stateless_shuffle(tf.range(count), seed=epoch_seed)
         return (
-            tf.data.Dataset.from_tensor_slices(order)
-            .batch(global_batch_size, drop_remainder=True)
+            tf.data.Dataset.from_tensor_slices(order[:used])
+            .batch(batch_size, drop_remainder=True)
             .map(lambda indices: (indices, epoch))
         )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 
 from absl import logging
 
@@ -126,3 +127,44 @@ def accelerator_of(strategy: tf.distribute.Strategy) -> str:
 def choose_precision(precision: str, strategy: tf.distribute.Strategy) -> hardware.PrecisionChoice:
     """The mixed-precision policy for `precision` (auto: from this machine's hardware)."""
     return hardware.decide_precision(precision, hardware.detect(accelerator_of(strategy)))
+
+
+@dataclass(frozen=True)
+class Worker:
+    """Where this process stands in a multi-worker job: worker `index` of `count`, the
+    chief being 0. Only the chief writes what outlives the job (model, summary, the
+    checkpoints to resume from); the others do the same work and write to scratch."""
+
+    index: int = 0
+    count: int = 1
+
+    @property
+    def is_chief(self) -> bool:
+        return self.index == 0
+
+
+def worker_position(cluster: dict[str, list[str]], task_type: str, task_id: int) -> Worker:
+    """This task's place among the training tasks of a TF_CONFIG cluster: a `chief` task
+    (as Vertex AI's first worker pool sets it) comes first, then the `worker` tasks; with
+    no chief, worker 0 is the chief (MultiWorkerMirroredStrategy's own convention)."""
+    chiefs, workers = len(cluster.get("chief", [])), len(cluster.get("worker", []))
+    if task_type == "chief":
+        return Worker(task_id, chiefs + workers)
+    if task_type == "worker":
+        return Worker(chiefs + task_id, chiefs + workers)
+    raise StrategyError(
+        f"TF_CONFIG task type '{task_type}' does not train here: MultiWorkerMirroredStrategy "
+        "runs only chief and worker tasks"
+    )
+
+
+def worker_of(strategy: tf.distribute.Strategy) -> Worker:
+    """This process's Worker: from the cluster under MultiWorkerMirroredStrategy, else the
+    only one (a TPU slice, even a multi-host one, is driven by one client process)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if strategy_kind(strategy) != "multi_worker" or resolver is None:
+        return Worker()
+    cluster = resolver.cluster_spec().as_dict()
+    if not cluster:
+        return Worker()
+    return worker_position(cluster, resolver.task_type, int(resolver.task_id))

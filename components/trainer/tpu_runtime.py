@@ -1,10 +1,9 @@
 """Decisions that depend on running on a TPU: how many steps one TPU execution runs, and
-whether the input pipeline can feed the slice at all."""
+how many hosts (input pipelines) feed the slice."""
 
 from __future__ import annotations
 
 from components.trainer.keras import tf
-from components.trainer.strategy import StrategyError
 
 # Steps per TPU execution: one host round trip per this many steps instead of per step.
 # Keras still ends every epoch on its boundary (the last execution of an epoch is shorter).
@@ -23,14 +22,3 @@ def input_hosts(strategy: tf.distribute.Strategy) -> int:
     """How many hosts feed the strategy's replicas (1 for everything but a TPU pod slice)."""
     num_hosts = getattr(strategy.extended, "num_hosts", 1)
     return int(num_hosts) if isinstance(num_hosts, int) else 1
-
-
-def check_single_host(kind: str, hosts: int) -> None:
-    """Refuses a multi-host TPU slice: the training data is loaded into one host's memory
-    and fed from there, which does not shard input per host."""
-    if kind == "tpu" and hosts > 1:
-        raise StrategyError(
-            f"the TPU slice has {hosts} hosts; this Trainer feeds every replica from one host "
-            "and does not shard its input per host. Use a single-host slice (v2-8, v3-8, "
-            "v5litepod-1, v5litepod-4 or v5litepod-8)"
-        )

@@ -23,6 +23,7 @@ from components.trainer.callbacks import (
     EpochCheckpoints,
     EpochHistory,
     Lookahead,
+    StepTimer,
     TrainingProgress,
     Validation,
     read_history,
@@ -45,6 +46,7 @@ class Plan:
     global_batch_size: int
     epochs: int
     precision: hardware.PrecisionChoice
+    worker: strategies.Worker = strategies.Worker()
 
     @property
     def replicas(self) -> int:
@@ -56,7 +58,6 @@ def plan(config: TrainingConfig) -> Plan:
         strategies.configure_cpu_replicas(config.cpu_replicas)
     strategy = strategies.create_strategy(config.strategy, config.tpu, config.cpu_replicas)
     kind = strategies.strategy_kind(strategy)
-    tpu_runtime.check_single_host(kind, tpu_runtime.input_hosts(strategy))
     recipe = model.RECIPES[config.model]
     per_replica = config.per_replica_batch_size or (
         TPU_PER_REPLICA_BATCH if kind == "tpu" else recipe.per_replica_batch_size
@@ -72,6 +73,7 @@ def plan(config: TrainingConfig) -> Plan:
         per_replica * strategy.num_replicas_in_sync,
         config.epochs or recipe.epochs,
         precision,
+        strategies.worker_of(strategy),
     )
 
 
@@ -103,11 +105,14 @@ class Fitted:
     checkpoint_fallback: dict | None
     history: list[dict]
     fit_seconds: float
+    step_seconds: float | None  # one training step, steady state (median over epochs)
 
 
-def _steps_per_epoch(run: Plan, train_records: int) -> int:
-    """Whole global batches per epoch; none at all is the user's batch size to lower."""
-    steps = train_records // run.global_batch_size
+def _steps_per_epoch(run: Plan, train_records: int, pipelines: int = 1) -> int:
+    """Whole global batches per epoch, the same for every input pipeline: each pipeline
+    (worker, or TPU host) holds at least train_records // pipelines records and feeds
+    1/pipelines of every global batch. None at all is the user's batch size to lower."""
+    steps = (train_records // pipelines) // (run.global_batch_size // pipelines)
     if steps == 0:
         raise ValueError(
             f"{train_records} training images are fewer than one "
@@ -139,17 +144,23 @@ def _logged_learning_rate(run: Plan) -> float:
 
 
 def _resumed(
-    network: keras.Model, checkpoint_dir: str, model_run_dir: str
+    network: keras.Model, checkpoint_dir: str, model_run_dir: str, worker: strategies.Worker
 ) -> tuple[EpochCheckpoints, int, EpochHistory]:
     """The newest readable checkpoint restored into `network`, and the history of the epochs
-    up to it, so a retried Trainer goes on where the killed one stopped."""
-    checkpoints = EpochCheckpoints(network, checkpoint_dir)
+    up to it, so a retried Trainer goes on where the killed one stopped. Every worker
+    restores from the chief's checkpoints; only the chief writes history and checkpoints
+    there, the others save to a scratch folder (saving reads every variable, a collective
+    step all workers take together) that `scratch_dir` names and the caller removes."""
+    save_dir = checkpoint_dir if worker.is_chief else scratch_dir(checkpoint_dir, worker)
+    checkpoints = EpochCheckpoints(network, checkpoint_dir, save_dir)
     resumed_from = checkpoints.restore_latest()
     previous = [
         e
         for e in read_history(os.path.join(checkpoint_dir, HISTORY_FILE))
         if e["epoch"] <= resumed_from
     ]
+    if not worker.is_chief:
+        return checkpoints, resumed_from, EpochHistory([], previous)
     history = EpochHistory(
         [os.path.join(model_run_dir, HISTORY_FILE), os.path.join(checkpoint_dir, HISTORY_FILE)],
         previous,
@@ -158,21 +169,89 @@ def _resumed(
     return checkpoints, resumed_from, history
 
 
+def scratch_dir(checkpoint_dir: str, worker: strategies.Worker) -> str:
+    """Where a non-chief worker saves its (identical, unused) checkpoints."""
+    return f"{checkpoint_dir.rstrip('/')}-scratch-worker-{worker.index}"
+
+
+def input_pipelines(run: Plan) -> int:
+    """How many input pipelines feed the replicas: one per worker process, one per host of
+    a TPU slice, else one."""
+    if run.kind == "multi_worker":
+        return run.worker.count
+    return tpu_runtime.input_hosts(run.strategy)
+
+
+def _distributed_training_data(
+    run: Plan, images: tf.Tensor, labels: tf.Tensor, steps_per_epoch: int, first_epoch: int
+):
+    """The training batches through `distribute_datasets_from_function`: each input pipeline
+    (a worker, or a TPU host) gets its own records and makes per-replica batches, so that
+    no worker reads another's shard and the global batch stays per-replica x replicas.
+
+    Under MultiWorkerMirroredStrategy `images` already are this worker's shard. A TPU slice
+    has one client process: it holds the split (138 MB for CIFAR-10, a stated choice) and
+    hands each host's pipeline every n-th record."""
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        mine_images, mine_labels = images, labels
+        pipelines = context.num_input_pipelines
+        if pipelines > 1 and run.worker.count == 1:
+            mine_images = images[context.input_pipeline_id :: pipelines]
+            mine_labels = labels[context.input_pipeline_id :: pipelines]
+        replicas_here = context.num_replicas_in_sync // pipelines
+        return data.training_dataset(
+            mine_images,
+            mine_labels,
+            run.per_replica_batch_size,
+            seed=run.config.seed,
+            alternating_flip=run.recipe.alternating_flip,
+            first_epoch=first_epoch,
+            batches_per_epoch=steps_per_epoch * replicas_here,
+        )
+
+    return run.strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def _callbacks(
+    run: Plan,
+    validation: Validation,
+    checkpoints: EpochCheckpoints,
+    history: EpochHistory,
+    timer: StepTimer,
+    total_steps: int,
+) -> list[keras.callbacks.Callback]:
+    """The step timer first, then lookahead (the epoch's last averaging step comes before
+    validation and the checkpoint), validation (the others see val_ metrics), then
+    checkpoint before history: the history beside the checkpoints never lists an epoch a
+    killed run could not resume from."""
+    callbacks = [timer]
+    if run.recipe.lookahead:
+        callbacks.append(Lookahead(total_steps))
+    return [*callbacks, validation, checkpoints, history, TrainingProgress(run.global_batch_size)]
+
+
 def fit(
     run: Plan,
     split: dict[str, tuple[tf.Tensor, tf.Tensor]],
     checkpoint_dir: str,
     model_run_dir: str,
+    train_total: int | None = None,
+    whitening_sample: np.ndarray | None = None,
 ) -> Fitted:
     """Builds the network under the strategy, resumes from the newest readable checkpoint in
-    `checkpoint_dir`, and trains the remaining epochs."""
+    `checkpoint_dir`, and trains the remaining epochs. `split["train"]` is this worker's
+    shard of `train_total` records (default: the whole split), `whitening_sample` images
+    the same on every worker (default: the shard's first 5,000)."""
     (train_images, train_labels), (eval_images, eval_labels) = split["train"], split["eval"]
-    steps_per_epoch = _steps_per_epoch(run, int(train_images.shape[0]))
+    steps_per_epoch = _steps_per_epoch(
+        run, train_total or int(train_images.shape[0]), input_pipelines(run)
+    )
     learning_rate = _logged_learning_rate(run)
-    whitening_sample = train_images[:5000].numpy()
+    sample = train_images[:5000].numpy() if whitening_sample is None else whitening_sample
 
     def build() -> keras.Model:
-        return model.build(run.recipe, whitening_sample)
+        return model.build(run.recipe, sample)
 
     with run.strategy.scope():
         network = build()
@@ -184,39 +263,30 @@ def fit(
             run.epochs,
             tpu_runtime.steps_per_execution(run.kind, steps_per_epoch),
         )
-    checkpoints, resumed_from, history = _resumed(network, checkpoint_dir, model_run_dir)
+    checkpoints, resumed_from, history = _resumed(
+        network, checkpoint_dir, model_run_dir, run.worker
+    )
     # One iterator for the whole run (repeat, with the steps of one pass per epoch) instead of
     # a new one every epoch: under MirroredStrategy, tearing down each epoch's distributed
     # iterator stalled every epoch boundary (about 150 s each with 8 CPU replicas on a 2-core
     # CPU; py-spy: the main thread in fit's enumerate_epochs). `Validation` does the same for
-    # the eval split.
+    # the eval split, which every worker holds whole (5,000 images; each evaluates its part).
     eval_steps = -(-int(eval_images.shape[0]) // run.global_batch_size)
     validation = Validation(
         run.strategy,
         data.evaluation_dataset(eval_images, eval_labels, run.global_batch_size),
         eval_steps,
     )
-    # Lookahead first: the epoch's last averaging step comes before validation and the
-    # checkpoint. Validation next, so the others see val_ metrics; then checkpoint before
-    # history: the history beside the checkpoints never lists an epoch a killed run could
-    # not resume from.
-    callbacks = [validation, checkpoints, history, TrainingProgress(run.global_batch_size)]
-    if run.recipe.lookahead:
-        callbacks.insert(0, Lookahead(steps_per_epoch * run.epochs))
+    timer = StepTimer()
     started = time.time()
     network.fit(
-        data.training_dataset(
-            train_images,
-            train_labels,
-            run.global_batch_size,
-            seed=run.config.seed,
-            alternating_flip=run.recipe.alternating_flip,
-            first_epoch=resumed_from,
-        ),
+        _distributed_training_data(run, train_images, train_labels, steps_per_epoch, resumed_from),
         steps_per_epoch=steps_per_epoch,
         epochs=run.epochs,
         initial_epoch=resumed_from,
-        callbacks=callbacks,
+        callbacks=_callbacks(
+            run, validation, checkpoints, history, timer, steps_per_epoch * run.epochs
+        ),
         verbose=0,  # TrainingProgress reports, to the log and the console
     )
     return Fitted(
@@ -228,4 +298,40 @@ def fit(
         checkpoints.fallback(resumed_from),
         history.epochs,
         time.time() - started,
+        timer.step_seconds(),
     )
+
+
+def gradient_bytes(network: keras.Model) -> int:
+    """Bytes of one gradient of every trainable weight: what one all-reduce moves."""
+    return sum(v.shape.num_elements() * v.dtype.size for v in network.trainable_variables)
+
+
+def allreduce_seconds(run: Plan, network: keras.Model, repeats: int = 5) -> float | None:
+    """Median seconds of one all-reduce of a gradient-sized set of tensors across the
+    replicas (every worker takes part, as in a training step); None with one replica, and
+    on TPU, where it runs inside the compiled step and cannot be timed apart."""
+    if run.replicas < 2 or run.kind == "tpu":
+        return None
+    zeros = [tf.zeros(v.shape, v.dtype) for v in network.trainable_variables]
+
+    @tf.function
+    def reduce():
+        return run.strategy.run(
+            lambda: tf.distribute.get_replica_context().all_reduce("sum", zeros)
+        )
+
+    def timed() -> float:
+        started = time.perf_counter()
+        reduced = reduce()
+        run.strategy.experimental_local_results(reduced[0])[0].numpy()
+        return time.perf_counter() - started
+
+    timed()  # the first call traces and sets the collective up
+    return float(np.median([timed() for _ in range(repeats)]))
+
+
+def barrier(run: Plan) -> None:
+    """Returns on every worker once all have reached it (a one-number all-reduce)."""
+    if run.worker.count > 1:
+        run.strategy.reduce("SUM", run.strategy.run(lambda: tf.constant(1.0)), axis=None)

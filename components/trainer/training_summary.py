@@ -62,6 +62,12 @@ class TrainingSummary:
     export_seconds: float
     trainer_seconds: float
     final_eval_accuracy_without_tta: float | None
+    # Scaling facts (absent from summaries written before multi-worker training).
+    workers: int = 1  # training processes (MultiWorkerMirroredStrategy), else 1
+    steps_per_epoch: int | None = None
+    step_seconds: float | None = None  # one training step, steady state
+    allreduce_seconds: float | None = None  # one gradient all-reduce across the replicas
+    gradient_bytes: int | None = None  # bytes of one gradient of every trainable weight
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
