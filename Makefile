@@ -6,10 +6,6 @@ VENV := .venv
 PY := $(VENV)/bin/python
 UV := $(VENV)/bin/uv
 UV_VERSION := 0.13.9
-# kfp.local's own environment (requirements-kfp.lock): a current kfp SDK needs protobuf >= 6,
-# TFX 1.16 < 5, so it cannot share .venv. `cifar10-pipeline local-kfp` runs in it.
-KFP_VENV := .venv-kfp
-KFP_STAMP := $(KFP_VENV)/.installed
 SHARED_DATA := ../shared/datasets/cifar10/cifar-10-binary-train.tar.gz
 ARGS ?=
 
@@ -53,15 +49,22 @@ $(STAMP): $(STACK_LOCK) pyproject.toml stack/install.sh
 	@rm -f $(VENV)/.installed*
 	@touch $(STAMP)
 
-# The project itself is installed too, for `python -m pipeline.kfp_local`; uv reuses .venv's
-# cache, so this takes seconds.
-setup-kfp: $(KFP_STAMP)
-
+# kfp.local's environment. On the legacy stack its own (requirements-kfp.lock): a current kfp
+# SDK needs protobuf >= 6, TFX 1.16 < 5, so it cannot share .venv; the project is installed
+# there too, for `python -m pipeline.kfp_local` (uv reuses .venv's cache: seconds). On the
+# current stack kfp 2.16 and protobuf 6 are in .venv itself (components.stack.kfp_local_python).
+KFP_VENV := .venv-kfp
+ifeq ($(word 1,$(STACK_CHOICE)),legacy)
+KFP_STAMP := $(KFP_VENV)/.installed
 $(KFP_STAMP): requirements-kfp.lock pyproject.toml $(STAMP)
-	@test -x $(KFP_VENV)/bin/python || $(STACK_BASE_PYTHON) -m venv $(KFP_VENV)
+	@test -x $(KFP_VENV)/bin/python || $(PYTHON310) -m venv $(KFP_VENV)
 	$(UV) pip sync --python $(KFP_VENV)/bin/python --compile-bytecode requirements-kfp.lock
 	$(UV) pip install --python $(KFP_VENV)/bin/python --no-deps -e .
 	@touch $(KFP_STAMP)
+else
+KFP_STAMP := $(STAMP)
+endif
+setup-kfp: $(KFP_STAMP)
 
 run: $(STAMP)
 	$(VENV)/bin/cifar10-pipeline run $(ARGS)
