@@ -1,10 +1,10 @@
-"""The verdict of `make test-current-stack` (stack/debian13-check.sh): the run on the current
-stack finished with every component complete and a model pushed, and the host stack serves
-that model with the same answers the current stack gives.
+"""The verdict of `make test-current-stack` (stack/debian13-check.sh), once per stack: that
+stack's tiny run finished with every component complete and a model pushed, and the other
+stack serves that model with the same answers as its own stack.
 
-Standard library only: it reads the run's summary and the two `predict --json` outputs.
+It reads the run's summary and the two `predict --json` outputs; nothing else.
 
-    python -m pipeline.stack_check RUN_SUMMARY CURRENT_JSONL HOST_JSONL
+    python -m pipeline.stack_check RUN_SUMMARY OWN_STACK_JSONL OTHER_STACK_JSONL
 """
 
 from __future__ import annotations
@@ -53,41 +53,41 @@ def _by_image(lines: list[str]) -> dict[str, dict[str, float]]:
     return answers
 
 
-def serving_problems(current: list[str], host: list[str]) -> list[str]:
-    """Where the host stack's answers differ from the current stack's for the same images."""
-    ours, theirs = _by_image(current), _by_image(host)
+def serving_problems(own: list[str], other: list[str]) -> list[str]:
+    """Where the other stack's answers differ from the model's own stack's, same images."""
+    ours, theirs = _by_image(own), _by_image(other)
     if not ours:
-        return ["the current stack classified no image"]
+        return ["its own stack classified no image"]
     problems = []
     for image, expected in sorted(ours.items()):
         got = theirs.get(image)
         if got is None:
-            problems.append(f"{image}: the host stack gave no answer")
+            problems.append(f"{image}: the other stack gave no answer")
         elif set(got) != set(expected) or any(
             abs(got[name] - p) > PROBABILITY_TOLERANCE for name, p in expected.items()
         ):
-            problems.append(f"{image}: host {got} against current {expected}")
+            problems.append(f"{image}: other stack {got} against own {expected}")
     return problems
 
 
 def main(argv: list[str] | None = None) -> int:
     """Prints the verdict; exit status 1 when anything is wrong."""
-    summary_path, current_path, host_path = map(Path, sys.argv[1:] if argv is None else argv)
+    summary_path, own_path, other_path = map(Path, sys.argv[1:] if argv is None else argv)
     try:
         summary = json.loads(summary_path.read_text())
         problems = run_problems(summary) + serving_problems(
-            current_path.read_text().splitlines(), host_path.read_text().splitlines()
+            own_path.read_text().splitlines(), other_path.read_text().splitlines()
         )
     except (OSError, ValueError, KeyError) as err:
-        print(f"error: cannot check the current stack's run: {err}", file=sys.stderr)
+        print(f"error: cannot check the run at {summary_path}: {err}", file=sys.stderr)
         return 1
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if not problems:
-        images = len(current_path.read_text().splitlines())
+        images = len(own_path.read_text().splitlines())
         print(
             f"ok: every component complete, model pushed ({summary['pushed_version_dir']}), "
-            f"served by the host stack with the same answers for {images} images"
+            f"served by the other stack with the same answers for {images} images"
         )
     return 1 if problems else 0
 

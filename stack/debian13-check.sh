@@ -7,8 +7,8 @@
 # 2. this checkout copied in and installed by stack/install.sh, as Dockerfile.current does;
 # 3. inside it: the unit tests, then a tiny pipeline run (1 epoch, accuracy gate 0) in which
 #    every component must succeed and a model must be pushed;
-# 4. on the host stack (.venv): that pushed model loaded and served (`predict`), its answers
-#    equal to the ones the current stack gives for the same images.
+# 4. the same tiny run on the host stack (.venv); then each stack's pushed model served by the
+#    other stack (`predict`), its answers equal to the ones its own stack gives.
 #
 #   stack/debian13-check.sh ROOTFS [PYTEST_ARGS...]
 set -euo pipefail
@@ -100,13 +100,22 @@ for i in range(4):
     pixels = np.random.RandomState(i).randint(0, 256, (32, 32, 3), dtype=np.uint8)
     Image.fromarray(pixels).save(root / 'images' / f'{i}.png')
 " "$ROOTFS$CHECK")
-in_root "cifar10-pipeline run --data $CHECK/cifar.tar.gz --output-dir $CHECK/out --epochs 1 \
-  --accuracy-gate 0 --per-replica-batch-size 64 --precision float32"
-in_root "cifar10-pipeline predict --json --model-dir $CHECK/out/serving/cifar10 $CHECK/images/*.png" \
-  >"$ROOTFS$CHECK/current.jsonl" 2>/dev/null
+tiny=(--epochs 1 --accuracy-gate 0 --per-replica-batch-size 64 --precision float32)
+in_root "cifar10-pipeline run --data $CHECK/cifar.tar.gz --output-dir $CHECK/current ${tiny[*]}"
 
-echo "== the pushed model served by the host stack"
-"$REPO/.venv/bin/cifar10-pipeline" predict --json --model-dir "$ROOTFS$CHECK/out/serving/cifar10" \
-  "$ROOTFS$CHECK"/images/*.png >"$ROOTFS$CHECK/host.jsonl" 2>/dev/null
-"$REPO/.venv/bin/python" -m pipeline.stack_check "$ROOTFS$CHECK/out/run_summary.json" \
-  "$ROOTFS$CHECK/current.jsonl" "$ROOTFS$CHECK/host.jsonl"
+echo "== the same tiny run on the host stack, for the way back"
+host_cli="$REPO/.venv/bin/cifar10-pipeline"
+"$host_cli" run --data "$ROOTFS$CHECK/cifar.tar.gz" --output-dir "$ROOTFS$CHECK/host" "${tiny[@]}" \
+  >"$ROOTFS$CHECK/host-run.log" 2>&1 || { tail -5 "$ROOTFS$CHECK/host-run.log" >&2; exit 1; }
+
+echo "== each stack's pushed model served by the other stack"
+for model in current host; do
+  in_root "cifar10-pipeline predict --json --model-dir $CHECK/$model/serving/cifar10 \
+    $CHECK/images/*.png" >"$ROOTFS$CHECK/$model-on-current.jsonl" 2>/dev/null
+  "$host_cli" predict --json --model-dir "$ROOTFS$CHECK/$model/serving/cifar10" \
+    "$ROOTFS$CHECK"/images/*.png >"$ROOTFS$CHECK/$model-on-host.jsonl" 2>/dev/null
+done
+"$REPO/.venv/bin/python" -m pipeline.stack_check "$ROOTFS$CHECK/current/run_summary.json" \
+  "$ROOTFS$CHECK/current-on-current.jsonl" "$ROOTFS$CHECK/current-on-host.jsonl"
+"$REPO/.venv/bin/python" -m pipeline.stack_check "$ROOTFS$CHECK/host/run_summary.json" \
+  "$ROOTFS$CHECK/host-on-host.jsonl" "$ROOTFS$CHECK/host-on-current.jsonl"

@@ -138,11 +138,11 @@ def test_the_check_wants_the_host_to_serve_the_same_answers(tmp_path):
     current = _answers("/tmp/check/images", [0.5, 0.9])
     assert stack_check.serving_problems(current, _answers("/var/root/images", [0.5002, 0.9])) == []
     (problem,) = stack_check.serving_problems(current, _answers("/x", [0.5, 0.8]))
-    assert problem.startswith("1.png: host")
+    assert problem.startswith("1.png: other stack")
     assert stack_check.serving_problems(current, _answers("/x", [0.5])) == [
-        "1.png: the host stack gave no answer"
+        "1.png: the other stack gave no answer"
     ]
-    assert stack_check.serving_problems([], []) == ["the current stack classified no image"]
+    assert stack_check.serving_problems([], []) == ["its own stack classified no image"]
     paths = [tmp_path / name for name in ("summary.json", "current.jsonl", "host.jsonl")]
     paths[0].write_text(json.dumps(_summary(pushed_version_dir="/s/1")))
     paths[1].write_text("\n".join(current))
