@@ -23,7 +23,6 @@ from pipeline.submission import SubmitError
 from pipeline.tpu import ACCEPTED_NAMES as TPU_NAMES
 from pipeline.vertex_runner import WAIT_RETRY_SECONDS
 
-# kfp.local's environment in the checkout (Makefile: setup-kfp).
 # Commands whose libraries' console output (TensorFlow's C++ start-up errors, TFX and absl
 # logging) goes to DEFAULT_OUTPUT_DIR/logs; `run` keeps its own log in its output folder.
 LIBRARY_OUTPUT_TO_LOG = ("compile", "submit", "predict")
