@@ -29,9 +29,18 @@ command -v debootstrap >/dev/null ||
 [ -x "$REPO/.venv/bin/cifar10-pipeline" ] ||
   { echo "error: $REPO/.venv is not set up (make setup): it serves the pushed model" >&2; exit 1; }
 
+# A run killed before its cleanup leaves its mounts: unmount them before anything under
+# ROOTFS is removed, or `rm -rf` would reach the host's /dev and uv cache through them.
+awk -v root="$ROOTFS/" 'index($2, root) == 1 { print $2 }' /proc/mounts | sort -r |
+  while read -r stale; do umount "$stale" 2>/dev/null || umount -l "$stale"; done
+if awk -v root="$ROOTFS/" 'index($2, root) == 1 { found = 1 } END { exit !found }' /proc/mounts; then
+  echo "error: something is still mounted under $ROOTFS; unmount it first" >&2
+  exit 1
+fi
+
 key="trixie minbase $PACKAGES"
 if [ "$(cat "$ROOTFS/.cifar10-base" 2>/dev/null)" != "$key" ]; then
-  echo "== building the Debian 13 root filesystem in $ROOTFS (about 2 minutes)"
+  echo "== [${SECONDS}s] building the Debian 13 root filesystem in $ROOTFS (about 2 minutes)"
   # Built beside its final place and renamed: an interrupted build leaves no half root.
   rm -rf "$ROOTFS.new"
   mkdir -p "$(dirname "$ROOTFS")"
@@ -42,7 +51,7 @@ if [ "$(cat "$ROOTFS/.cifar10-base" 2>/dev/null)" != "$key" ]; then
   rm -rf "$ROOTFS"
   mv "$ROOTFS.new" "$ROOTFS"
 else
-  echo "== reusing the Debian 13 root filesystem in $ROOTFS"
+  echo "== [${SECONDS}s] reusing the Debian 13 root filesystem in $ROOTFS"
 fi
 
 mounted=()
@@ -79,15 +88,15 @@ in_root() {  # in_root COMMAND: run in the root filesystem with a clean environm
     bash -c "cd $PROJECT && $1"
 }
 
-echo "== installing the project as the image does (stack/install.sh)"
+echo "== [${SECONDS}s] installing the project as the image does (stack/install.sh)"
 in_root "stack/install.sh python3 /opt/venv requirements-current.lock" >"$ROOTFS$CHECK/install.log" 2>&1 ||
   { tail -20 "$ROOTFS$CHECK/install.log" >&2; exit 1; }
 in_root "python -c 'import sys, tfx, tensorflow as tf, google.protobuf as pb; print(\"Python\", sys.version.split()[0], \"TFX\", tfx.__version__, \"TensorFlow\", tf.__version__, \"protobuf\", pb.__version__)'" 2>/dev/null
 
-echo "== unit tests on the current stack"
+echo "== [${SECONDS}s] unit tests on the current stack"
 in_root "python -m pytest -p no:cacheprovider -n 2 --dist loadgroup -m 'not integration' -q $*"
 
-echo "== a tiny pipeline run on the current stack"
+echo "== [${SECONDS}s] a tiny pipeline run on the current stack"
 (cd "$REPO/tests" && "$REPO/.venv/bin/python" -c "
 import sys
 from pathlib import Path
@@ -103,12 +112,12 @@ for i in range(4):
 tiny=(--epochs 1 --accuracy-gate 0 --per-replica-batch-size 64 --precision float32)
 in_root "cifar10-pipeline run --data $CHECK/cifar.tar.gz --output-dir $CHECK/current ${tiny[*]}"
 
-echo "== the same tiny run on the host stack, for the way back"
+echo "== [${SECONDS}s] the same tiny run on the host stack, for the way back"
 host_cli="$REPO/.venv/bin/cifar10-pipeline"
 "$host_cli" run --data "$ROOTFS$CHECK/cifar.tar.gz" --output-dir "$ROOTFS$CHECK/host" "${tiny[@]}" \
   >"$ROOTFS$CHECK/host-run.log" 2>&1 || { tail -5 "$ROOTFS$CHECK/host-run.log" >&2; exit 1; }
 
-echo "== each stack's pushed model served by the other stack"
+echo "== [${SECONDS}s] each stack's pushed model served by the other stack"
 for model in current host; do
   in_root "cifar10-pipeline predict --json --model-dir $CHECK/$model/serving/cifar10 \
     $CHECK/images/*.png" >"$ROOTFS$CHECK/$model-on-current.jsonl" 2>/dev/null
@@ -119,3 +128,4 @@ done
   "$ROOTFS$CHECK/current-on-current.jsonl" "$ROOTFS$CHECK/current-on-host.jsonl"
 "$REPO/.venv/bin/python" -m pipeline.stack_check "$ROOTFS$CHECK/host/run_summary.json" \
   "$ROOTFS$CHECK/host-on-host.jsonl" "$ROOTFS$CHECK/host-on-current.jsonl"
+echo "== [${SECONDS}s] done"
