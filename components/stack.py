@@ -18,6 +18,9 @@ What differs between them, and how each difference is handled here:
   `tfma_config()` is the proto module both releases have.
 - protobuf 3 vs 6 and the KFP IR: the project calls no API whose name changed between them
   (kfp's pipeline_spec_pb2 and text/JSON format are used the same way on both).
+- kfp.local: the current stack runs it in its own environment, the legacy stack needs a
+  second one (`kfp_local_python()`).
+- TensorBoard: TensorFlow 2.21 no longer brings it; requirements-current.in names it.
 
 Importing this module imports nothing but the standard library, so `make` can ask it which
 lock fits the host before any environment exists (`python3 -m components.stack`).
