@@ -1,24 +1,34 @@
 # Two commands do everything: `make run` and `make test`. Each sets up .venv first
-# (Python 3.10, packages from requirements.lock) when it is missing or stale.
+# (packages from the lock of the host's stack) when it is missing or stale.
 
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 UV := $(VENV)/bin/uv
 UV_VERSION := 0.13.9
-STAMP := $(VENV)/.installed
-# kfp.local's own environment (requirements-kfp.lock): a current kfp SDK needs protobuf >= 6,
-# TFX 1.16 < 5, so it cannot share .venv. `cifar10-pipeline local-kfp` runs in it.
-KFP_VENV := .venv-kfp
-KFP_STAMP := $(KFP_VENV)/.installed
 SHARED_DATA := ../shared/datasets/cifar10/cifar-10-binary-train.tar.gz
 ARGS ?=
 
-# TFX 1.16 needs Python 3.10; take the first interpreter that really runs
-# (a pyenv shim can exist without the version being active).
-PYTHON310 ?= $(shell for p in python3.10 $$HOME/.pyenv/versions/3.10*/bin/python3.10 \
-	/usr/local/bin/python3.10 /usr/bin/python3.10; do \
-	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 10)' 2>/dev/null && { echo "$$p"; break; }; done)
+# Two stacks (components/stack.py): current (TFX 1.21, Python 3.13, requirements-current.lock)
+# where glibc >= 2.39, legacy (TFX 1.16, Python 3.10, requirements.lock) elsewhere.
+# `make STACK=legacy` or `STACK=current` overrides the choice.
+STACK_CHOICE := $(shell python3 -m components.stack $(STACK) 2>/dev/null)
+STACK_LOCK := $(word 2,$(STACK_CHOICE))
+STACK_PYTHON := $(word 3,$(STACK_CHOICE))
+# One stamp per stack: switching stacks installs again.
+STAMP := $(VENV)/.installed-$(word 1,$(STACK_CHOICE))
+ifeq ($(STACK_LOCK),)
+$(error cannot tell this host's stack: `python3 -m components.stack` failed; pass STACK=legacy or STACK=current)
+endif
+# Take the first interpreter of the stack's version that really runs (a pyenv shim can
+# exist without the version being active). PYTHON310 / PYTHON313 name one by hand.
+find_python = $(shell for p in python$(1) $$HOME/.pyenv/versions/$(1)*/bin/python$(1) \
+	/usr/local/bin/python$(1) /usr/bin/python$(1); do \
+	"$$p" -c 'import sys; assert sys.version_info[:2] == ($(subst .,$(comma) ,$(1)))' 2>/dev/null && { echo "$$p"; break; }; done)
+comma := ,
+PYTHON310 ?= $(call find_python,3.10)
+PYTHON313 ?= $(call find_python,3.13)
+STACK_BASE_PYTHON := $(if $(filter 3.13,$(STACK_PYTHON)),$(PYTHON313),$(PYTHON310))
 
 # On machines that carry the shared offline copy, use it unless told otherwise.
 ifeq ($(CIFAR10_DATA),)
@@ -27,30 +37,34 @@ export CIFAR10_DATA := $(abspath $(SHARED_DATA))
 endif
 endif
 
-.PHONY: run test test-unit test-multi-worker lint bench lock setup setup-kfp local-kfp clean
+.PHONY: run test test-unit test-multi-worker test-current-stack lint bench lock setup setup-kfp local-kfp clean
 
 setup: $(STAMP)
 
-$(STAMP): requirements.lock pyproject.toml
-	@test -n "$(PYTHON310)" || { echo "error: Python 3.10 not found (TFX 1.16 needs it); install it or pass PYTHON310=/path/to/python3.10" >&2; exit 1; }
-	@test -x $(PY) || $(PYTHON310) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
-	# Bytecode now (about 1.5 min once): uv skips it, and where PYTHONDONTWRITEBYTECODE is
-	# set (this project's machines) every process would otherwise compile TensorFlow, TFX and
-	# Beam from source on import: 70 s against 23 s to import them here.
-	$(UV) pip sync --python $(PY) --compile-bytecode requirements.lock
-	$(UV) pip install --python $(PY) --no-deps -e .
+# The same script the images and the Debian 13 check install with (stack/install.sh).
+$(STAMP): $(STACK_LOCK) pyproject.toml stack/install.sh
+	@python3 -m components.stack $(STACK) >/dev/null
+	@test -n "$(STACK_BASE_PYTHON)" || { echo "error: Python $(STACK_PYTHON) not found (the $(STACK_LOCK) stack needs it); install it or pass PYTHON$(subst .,,$(STACK_PYTHON))=/path/to/python$(STACK_PYTHON)" >&2; exit 1; }
+	stack/install.sh $(STACK_BASE_PYTHON) $(VENV) $(STACK_LOCK)
+	@rm -f $(VENV)/.installed*
 	@touch $(STAMP)
 
-# The project itself is installed too, for `python -m pipeline.kfp_local`; uv reuses .venv's
-# cache, so this takes seconds.
-setup-kfp: $(KFP_STAMP)
-
+# kfp.local's environment. On the legacy stack its own (requirements-kfp.lock): a current kfp
+# SDK needs protobuf >= 6, TFX 1.16 < 5, so it cannot share .venv; the project is installed
+# there too, for `python -m pipeline.kfp_local` (uv reuses .venv's cache: seconds). On the
+# current stack kfp 2.16 and protobuf 6 are in .venv itself (components.stack.kfp_local_python).
+KFP_VENV := .venv-kfp
+ifeq ($(word 1,$(STACK_CHOICE)),legacy)
+KFP_STAMP := $(KFP_VENV)/.installed
 $(KFP_STAMP): requirements-kfp.lock pyproject.toml $(STAMP)
 	@test -x $(KFP_VENV)/bin/python || $(PYTHON310) -m venv $(KFP_VENV)
 	$(UV) pip sync --python $(KFP_VENV)/bin/python --compile-bytecode requirements-kfp.lock
 	$(UV) pip install --python $(KFP_VENV)/bin/python --no-deps -e .
 	@touch $(KFP_STAMP)
+else
+KFP_STAMP := $(STAMP)
+endif
+setup-kfp: $(KFP_STAMP)
 
 run: $(STAMP)
 	$(VENV)/bin/cifar10-pipeline run $(ARGS)
@@ -76,6 +90,14 @@ test-unit: lint $(KFP_STAMP)
 test-multi-worker: $(STAMP)
 	$(PY) -m pytest -m multi_worker $(ARGS)
 
+# The current stack (TFX 1.21, Python 3.13) proven on a host too old to install it (root only):
+# a Debian 13 root filesystem from Debian's packages (built once, then reused), the project
+# installed there as Dockerfile.current does, its unit tests and a tiny pipeline run inside,
+# and the pushed model served by this host's .venv. ARGS go to pytest inside.
+DEBIAN13_ROOT ?= /var/tmp/cifar10-debian13
+test-current-stack: $(STAMP)
+	stack/debian13-check.sh $(DEBIAN13_ROOT) $(ARGS)
+
 # Layers import only downward; style and formatting are checked, not debated.
 lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
@@ -85,12 +107,15 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmarks.bench $(ARGS)
 
-# Re-resolve the lock file after editing requirements.in (pip's resolver takes >10 min here).
+# Re-resolve the lock files after editing an .in file (pip's resolver takes >10 min here):
+# each stack's lock for the oldest glibc that stack supports.
 lock: $(STAMP)
 	$(UV) pip compile requirements.in --python-version 3.10 \
 		--python-platform x86_64-manylinux_2_36 -o requirements.lock
 	$(UV) pip compile requirements-kfp.in --python-version 3.10 \
 		--python-platform x86_64-manylinux_2_36 -o requirements-kfp.lock
+	$(UV) pip compile requirements-current.in --python-version 3.13 \
+		--python-platform x86_64-manylinux_2_39 -o requirements-current.lock
 
 clean:
 	rm -rf $(VENV) $(KFP_VENV) outputs

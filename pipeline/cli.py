@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+from components import stack
 from components.trainer.config import MODELS, PRECISIONS, STRATEGIES, TrainingConfig
 from pipeline import exit_status, library_log
 from pipeline.config import DEFAULT_OUTPUT_DIR, DEFAULT_SERVING_DIR, PipelineConfig
@@ -22,8 +23,6 @@ from pipeline.submission import SubmitError
 from pipeline.tpu import ACCEPTED_NAMES as TPU_NAMES
 from pipeline.vertex_runner import WAIT_RETRY_SECONDS
 
-# kfp.local's environment in the checkout (Makefile: setup-kfp).
-KFP_VENV = ".venv-kfp"
 # Commands whose libraries' console output (TensorFlow's C++ start-up errors, TFX and absl
 # logging) goes to DEFAULT_OUTPUT_DIR/logs; `run` keeps its own log in its output folder.
 LIBRARY_OUTPUT_TO_LOG = ("compile", "submit", "predict")
@@ -389,7 +388,7 @@ def cmd_local_kfp(args: argparse.Namespace) -> int:
     comes back to this environment's Python. The checkout is found from the installed
     package (editable, as `make` installs it), not from where the command runs."""
     checkout = Path(str(importlib.resources.files("pipeline"))).parent
-    kfp_python = Path(args.kfp_python or checkout / KFP_VENV / "bin" / "python")
+    kfp_python = Path(args.kfp_python or stack.kfp_local_python(checkout))
     dockerfile = checkout / "Dockerfile"
     for needed, hint in (
         (kfp_python, "run `make setup-kfp`"),

@@ -159,8 +159,14 @@ def run(config: PipelineConfig, output_dir: Path) -> RunSummary:
             LocalDagRunner().run(create_pipeline(config))
         except BaseException as err:  # summarise what did run, then re-raise
             failure = err
+        try:
+            recorded = summary.collect(config.metadata_path)
+        except RuntimeError:
+            if failure is None:
+                raise
+            raise failure from None  # the run's own error, not "the store holds no run"
         facts = dataclasses.replace(
-            summary.collect(config.metadata_path),
+            recorded,
             total_seconds=round(time.time() - started, 1),
             log_file=str(log_path),
             failed=None if failure is None else f"{type(failure).__name__}: {failure}",

@@ -8,13 +8,15 @@ resources), `config` says so; the components and their wiring do not change.
 
 from __future__ import annotations
 
-import tensorflow_model_analysis as tfma
+from typing import TYPE_CHECKING
+
 from tfx.components import ExampleValidator, StatisticsGen, Trainer
 from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
 from tfx.orchestration import metadata as tfx_metadata
 from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.proto import trainer_pb2
 
+from components import stack
 from components.atomic_pusher.component import AtomicPusher
 from components.cifar10_example_gen.component import Cifar10ExampleGen
 from components.contract import (
@@ -34,15 +36,19 @@ from components.validation_gate.component import DataValidationGate
 from pipeline.config import KubeflowConfig, PipelineConfig, VertexConfig
 from pipeline.worker_pools import worker_pool_specs
 
+if TYPE_CHECKING:
+    from tensorflow_model_analysis.proto.config_pb2 import EvalConfig
+
 RUN_FN = "components.trainer.run.run_fn"
 
 # Vertex's prebuilt CPU serving container for TF 2.16 SavedModels.
 VERTEX_SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-16:latest"
 
 
-def eval_config(accuracy_gate: float, max_regression: float) -> tfma.EvalConfig:
+def eval_config(accuracy_gate: float, max_regression: float) -> EvalConfig:
     """Overall accuracy must clear the absolute gate and must not regress against the
     baseline; per-class accuracy is reported (sliced by label) but not gated."""
+    tfma = stack.tfma_config()
     accuracy = tfma.MetricConfig(
         class_name="SparseCategoricalAccuracy",
         per_slice_thresholds=[

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from components import stack
 from components.cifar10_example_gen.spec import SOURCE_URI_KEY
 from pipeline import cli, kfp_local
 from pipeline.config import CONTAINER_PROJECT_ROOT, CONTAINER_SCHEMA_PATH
@@ -22,7 +23,7 @@ from conftest import PIPELINE_NODES
 from conftest import cli as run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-KFP_PYTHON = REPO_ROOT / cli.KFP_VENV / "bin" / "python"
+KFP_PYTHON = stack.kfp_local_python(REPO_ROOT)
 IMAGE = "registry.example.com/ml/cifar10-pipeline:v1"
 ROOT = "gs://bucket-x/root"
 DATA = "gs://bucket-x/data/cifar-10-binary.tar.gz"
