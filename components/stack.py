@@ -108,6 +108,22 @@ def kfp_local_python(checkout: Path) -> Path:
     return checkout / KFP_VENV / "bin" / "python"
 
 
+def tpu_image_problem(stack: Stack, tpu_image: str) -> str:
+    """Why a Cloud TPU training job compiled on `stack` could not train ('' if it can).
+
+    PyPI's newest `tensorflow-tpu` is 2.20 and TFX 1.21 pins TensorFlow 2.21, so the current
+    stack's image has no TPU TensorFlow and no TPU stage (Dockerfile.current): training there
+    needs an image the user built. The legacy image has its `tpu-trainer` stage."""
+    if stack is CURRENT and not tpu_image:
+        return (
+            "--tpu-image is required when compiling on the current stack (TFX 1.21, "
+            "TensorFlow 2.21): PyPI has no TensorFlow 2.21 TPU build, so the pipeline image "
+            'cannot train on a TPU; pass an image with one (README "Two stacks"), or compile '
+            "on the legacy stack, whose Dockerfile builds the tpu-trainer image"
+        )
+    return ""
+
+
 def tfma_config() -> ModuleType:
     """TFMA's EvalConfig protos (EvalConfig, MetricConfig, thresholds), on both stacks."""
     from tensorflow_model_analysis.proto import config_pb2

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from components import stack
 from pipeline.config import PipelineConfig, TrainingConfig, VertexConfig, cloud_pipeline_config
 from pipeline.tpu import tpu_worker
 
@@ -172,12 +173,16 @@ def vertex_config(
     root = pipeline_root.rstrip("/")
     if training.cpu_replicas:
         raise ValueError("--cpu-replicas splits a local CPU; it has no meaning on Vertex AI")
+    fitting_training = pools.training(training)
+    problem = stack.tpu_image_problem(stack.running_stack(), tpu_image) if pools.tpu_name else ""
+    if problem:
+        raise ValueError(problem)
     return cloud_pipeline_config(
         pipeline_name=pipeline_name,
         pipeline_root=root,
         source_uri=source_uri,
         source_fingerprint=source_fingerprint,
-        training=pools.training(training),
+        training=fitting_training,
         beam_args=tuple(beam_args),
         vertex=VertexConfig(
             project=project,

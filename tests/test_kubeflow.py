@@ -213,6 +213,8 @@ def test_vertex_compiles_yaml_and_submit_accepts_it(tmp_path, capsys):
                 IMAGE,
                 "--data",
                 "gs://b/c.tar.gz",
+                "--tpu-image",
+                IMAGE,
                 "--output",
                 str(path),
             ]

@@ -150,3 +150,28 @@ def test_the_check_wants_the_host_to_serve_the_same_answers(tmp_path):
     assert stack_check.main([str(p) for p in paths]) == 0
     paths[0].write_text("{")
     assert stack_check.main([str(p) for p in paths]) == 1
+
+
+def test_only_the_current_stack_needs_a_tpu_image_named():
+    assert stack.tpu_image_problem(stack.LEGACY, "") == ""
+    assert stack.tpu_image_problem(stack.CURRENT, "r/cifar10-tpu:1") == ""
+    assert stack.tpu_image_problem(stack.CURRENT, "").startswith("--tpu-image is required")
+
+
+def test_compile_on_the_current_stack_refuses_tpu_training_without_a_tpu_image(
+    monkeypatch, tmp_path, capsys
+):
+    from pipeline import cli
+
+    monkeypatch.setattr(stack, "running_stack", lambda: stack.CURRENT)
+    args = [
+        "compile", "--target", "vertex", "--project", "p", "--region", "us-central1",
+        "--pipeline-root", "gs://b/r", "--image", "r/cifar10:1", "--data", "gs://b/c.tar.gz",
+    ]  # fmt: skip
+    assert cli.main([*args, "--output", str(tmp_path / "tpu.json")]) == 2
+    assert "--tpu-image is required" in capsys.readouterr().err
+    assert not (tmp_path / "tpu.json").exists()
+    cpu = ["--worker-machine-type", "n1-standard-8", "--output", str(tmp_path / "cpu.json")]
+    assert cli.main([*args, *cpu]) == 0  # CPU workers need no TPU image
+    named = ["--tpu-image", "r/cifar10-tpu:1", "--output", str(tmp_path / "named.json")]
+    assert cli.main([*args, *named]) == 0
