@@ -52,6 +52,18 @@ VALIDATION_GATE_NODE = "DataValidationGate"
 TRAINER_NODE = "Trainer"
 EVALUATOR_NODE = "Evaluator"
 PUSHER_NODE = "AtomicPusher"
+# The pipeline's nodes in the order they run, besides ServedModelBaseline (which only reads
+# the serving folder): what a complete run has a stage for.
+PIPELINE_NODES = (
+    EXAMPLE_GEN_NODE,
+    SCHEMA_NODE,
+    STATISTICS_NODE,
+    EXAMPLE_VALIDATOR_NODE,
+    VALIDATION_GATE_NODE,
+    TRAINER_NODE,
+    EVALUATOR_NODE,
+    PUSHER_NODE,
+)
 
 # Files the Trainer writes next to the model (model_run folder).
 HISTORY_FILE = "history.json"

@@ -16,16 +16,7 @@ from pathlib import Path
 from components import contract
 
 # Every node of the pipeline; ServedModelBaseline reads the serving folder.
-EXPECTED_NODES = (
-    contract.EXAMPLE_GEN_NODE,
-    contract.SCHEMA_NODE,
-    contract.STATISTICS_NODE,
-    contract.EXAMPLE_VALIDATOR_NODE,
-    contract.VALIDATION_GATE_NODE,
-    contract.TRAINER_NODE,
-    contract.EVALUATOR_NODE,
-    contract.PUSHER_NODE,
-)
+EXPECTED_NODES = contract.PIPELINE_NODES
 # Both stacks run the same float32 graph on CPU; kernels may round differently.
 PROBABILITY_TOLERANCE = 1e-3
 

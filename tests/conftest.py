@@ -22,18 +22,7 @@ import cifar_fixtures as fx
 # gates below are set for how float32 trains on tiny data. bf16 has its own runs
 # (test_precision_paths.py).
 FAST_TRAINING = ["--epochs", "3", "--per-replica-batch-size", "64", "--precision", "float32"]
-# The pipeline's nodes, as the contract names them, in the order they run (besides
-# ServedModelBaseline, which only reads the serving folder).
-PIPELINE_NODES = (
-    contract.EXAMPLE_GEN_NODE,
-    contract.SCHEMA_NODE,
-    contract.STATISTICS_NODE,
-    contract.EXAMPLE_VALIDATOR_NODE,
-    contract.VALIDATION_GATE_NODE,
-    contract.TRAINER_NODE,
-    contract.EVALUATOR_NODE,
-    contract.PUSHER_NODE,
-)
+PIPELINE_NODES = contract.PIPELINE_NODES  # tests import it from here
 # Session fixtures that run the pipeline or train: `make test` runs two pytest-xdist workers
 # with --dist loadgroup, and every test using one of these goes to the same worker, so each
 # is built once.

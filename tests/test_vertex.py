@@ -195,6 +195,17 @@ def test_cloud_flags_reach_the_training_job_and_dataflow(compiled_for_v5e):
     assert not any(t.get("cachingOptions", {}).get("enableCache") for t in _tasks(job).values())
 
 
+def _refused_in_one_line(flags: list[str], message: str, tmp_path, capsys) -> None:
+    """Compiling with `flags` (instead of the TPU flags) exits 2 with `message` as its only
+    line and writes nothing."""
+    args = [a for a in COMPILE_ARGS if a not in ("TPU_V3", "8", "--tpu-type", "--tpu-cores")]
+    output = tmp_path / "p.json"
+    assert cli.main(args + flags + ["--output", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not output.exists()
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [
@@ -207,12 +218,7 @@ def test_cloud_flags_reach_the_training_job_and_dataflow(compiled_for_v5e):
     ],
 )
 def test_bad_cloud_flags_are_one_line_at_compile_time(flags, message, tmp_path, capsys):
-    args = [a for a in COMPILE_ARGS if a not in ("TPU_V3", "8", "--tpu-type", "--tpu-cores")]
-    output = tmp_path / "p.json"
-    assert cli.main(args + flags + ["--output", str(output)]) == 2
-    err = capsys.readouterr().err
-    assert message in err and len(err.strip().splitlines()) == 1
-    assert not output.exists()
+    _refused_in_one_line(flags, message, tmp_path, capsys)
 
 
 def test_image_root_and_no_local_paths(compiled, tmp_path_factory):
@@ -595,9 +601,4 @@ def test_a_multi_host_tpu_slice_compiles_to_one_replica_with_its_topology(tmp_pa
 def test_worker_flags_that_do_not_fit_are_one_line_at_compile_time(
     flags, message, tmp_path, capsys
 ):
-    args = [a for a in COMPILE_ARGS if a not in ("TPU_V3", "8", "--tpu-type", "--tpu-cores")]
-    output = tmp_path / "p.json"
-    assert cli.main(args + flags + ["--output", str(output)]) == 2
-    err = capsys.readouterr().err
-    assert message in err and len(err.strip().splitlines()) == 1
-    assert not output.exists()
+    _refused_in_one_line(flags, message, tmp_path, capsys)
