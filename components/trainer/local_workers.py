@@ -25,9 +25,9 @@ from typing import Any
 from absl import logging
 from tfx import types
 from tfx.components.trainer import executor as tfx_trainer_executor
+from tfx.components.trainer.component import Trainer
 from tfx.dsl.components.base import executor_spec
 from tfx.types import artifact_utils, standard_component_specs
-from tfx.v1.components import Trainer
 
 from components.trainer.config import LOCAL_WORKERS_KEY
 
