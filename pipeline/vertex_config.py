@@ -120,6 +120,18 @@ def _check_gpus(gpus: int, gpu_type: str) -> None:
         raise ValueError(f"--worker-gpu-type '{gpu_type}' is not one of {', '.join(known)}")
 
 
+def _fitting_training(
+    pools: WorkerPools, training: TrainingConfig, tpu_image: str
+) -> TrainingConfig:
+    """The training settings that fit the pools; on a Cloud TPU, only with an image whose
+    TensorFlow can train there (stack.tpu_image_problem)."""
+    fitting = pools.training(training)
+    problem = stack.tpu_image_problem(stack.running_stack(), tpu_image) if pools.tpu_name else ""
+    if problem:
+        raise ValueError(problem)
+    return fitting
+
+
 def vertex_config(
     *,
     project: str,
@@ -173,16 +185,12 @@ def vertex_config(
     root = pipeline_root.rstrip("/")
     if training.cpu_replicas:
         raise ValueError("--cpu-replicas splits a local CPU; it has no meaning on Vertex AI")
-    fitting_training = pools.training(training)
-    problem = stack.tpu_image_problem(stack.running_stack(), tpu_image) if pools.tpu_name else ""
-    if problem:
-        raise ValueError(problem)
     return cloud_pipeline_config(
         pipeline_name=pipeline_name,
         pipeline_root=root,
         source_uri=source_uri,
         source_fingerprint=source_fingerprint,
-        training=fitting_training,
+        training=_fitting_training(pools, training, tpu_image),
         beam_args=tuple(beam_args),
         vertex=VertexConfig(
             project=project,
