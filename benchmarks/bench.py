@@ -189,7 +189,7 @@ def recipe_serving(folder: Path, images: np.ndarray) -> dict[str, str]:
     """Serving latency of each recipe's exported network, test-time augmentation included."""
     latencies = {}
     for name, recipe in model.RECIPES.items():
-        network = model.build(recipe, images[:5000])
+        network = model.build(recipe, model.stem_filters(recipe, images[:5000]))
         export.export_serving_model(
             network, str(folder / name / "1"), recipe.test_time_augmentation
         )

@@ -77,3 +77,26 @@ def test_a_local_pipeline_does_not_import_the_vertex_client(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_local_beam_components_do_not_package_tfx_for_remote_workers(tmp_path, monkeypatch):
+    """Any Beam argument makes TFX build an sdist of itself before every Beam component
+    (1-2 s each, for remote workers the in-memory DirectRunner does not have)."""
+    from tfx.dsl.components.base.base_beam_executor import BaseBeamExecutor
+    from tfx.utils import dependency_utils
+
+    from components.cifar10_example_gen.executor import Executor
+    from pipeline.config import TrainingConfig
+    from pipeline.local_runner import local_config
+
+    built = []
+    monkeypatch.setattr(dependency_utils, "build_ephemeral_package", lambda: built.append(1))
+    config = local_config(tmp_path, "/d/c.tar.gz", "f", TrainingConfig())
+    Executor(BaseBeamExecutor.Context(beam_pipeline_args=list(config.beam_args)))
+    assert built == []
+    # The check above can fail: a Beam argument, as a user may pass, does build it.
+    extra = local_config(
+        tmp_path, "/d", "f", TrainingConfig(), beam_args=("--direct_num_workers=1",)
+    )
+    Executor(BaseBeamExecutor.Context(beam_pipeline_args=list(extra.beam_args)))
+    assert built == [1]

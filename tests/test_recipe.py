@@ -21,6 +21,33 @@ def test_dirac_init_passes_the_first_channels_through():
     assert np.all(np.abs(rest) <= bound) and np.std(rest) > bound / 4  # random, not zero
 
 
+def test_whitening_filters_whiten_patches_across_chunks():
+    """600 images span three accumulation chunks; the result must equal the covariance of
+    all patches at once, and the stem must whiten them: unit variance, no correlation."""
+    rng = np.random.default_rng(3)
+    # Correlated channels and neighbours, as in real images.
+    base = rng.normal(120, 40, (600, 33, 33, 1))
+    images = np.clip(base[:, 1:, 1:] * [1.0, 0.8, 0.6] + rng.normal(0, 8, (600, 32, 32, 3)), 0, 255)
+    images = images.astype(np.uint8)
+    filters = model.whitening_filters(images)
+    assert filters.shape == (2, 2, 3, 24)
+    np.testing.assert_array_equal(filters[..., 12:], -filters[..., :12])
+
+    normalized = (images.astype(np.float64) - model.CIFAR10_MEAN) / model.CIFAR10_STD
+    patches = np.stack(
+        [normalized[:, i : 31 + i, j : 31 + j] for i in range(2) for j in range(2)], axis=3
+    ).reshape(-1, 12)
+    whitened = patches @ filters[..., :12].reshape(12, 12)
+    covariance = np.cov(whitened, rowvar=False)
+    eigenvalues = np.linalg.eigvalsh(np.cov(patches, rowvar=False))
+    # Each direction's variance is lambda / (lambda + eps): 1 but for the eps floor.
+    np.testing.assert_allclose(
+        np.sort(np.diag(covariance)), eigenvalues / (eigenvalues + 5e-4), rtol=1e-6
+    )
+    off_diagonal = covariance - np.diag(np.diag(covariance))
+    assert np.abs(off_diagonal).max() < 1e-6
+
+
 def test_scaled_bias_learns_scale_squared_faster_and_decays_like_other_weights():
     layer = model.ScaledBias(scale=8.0)
     layer.build((None, 2))
@@ -41,7 +68,10 @@ def test_one_cycle_shape():
 
 def test_default_recipe_is_airbench_with_its_parts():
     recipe = model.RECIPES["airbench"]
-    network = model.build(recipe, np.random.default_rng(0).integers(0, 256, (64, 32, 32, 3)))
+    network = model.build(
+        recipe,
+        model.stem_filters(recipe, np.random.default_rng(0).integers(0, 256, (64, 32, 32, 3))),
+    )
     names = [layer.name for layer in network.layers]
     assert "block0_conv1_bias" in names and "block2_conv2_norm" in names
     norm = network.get_layer("block0_conv1_norm")

@@ -59,23 +59,31 @@ def whitening_filters(images: np.ndarray, patch: int = 2, eps: float = 5e-4) -> 
     """Conv filters that whiten `patch`x`patch` pixel patches (ZCA-like, as in airbench).
 
     Returns [patch, patch, 3, 2 * patch * patch * 3]: each eigenvector scaled by
-    1/sqrt(eigenvalue), and its negation, so a following GELU sees both signs.
+    1/sqrt(eigenvalue), and its negation, so a following GELU sees both signs. The patch
+    covariance is accumulated a few hundred images at a time: `np.cov` over all patches at
+    once (5,000 images: 4.8M rows in float64) took 4 s on a 2-core Zen 3, this 0.3 s.
     """
-    x = (images.astype(np.float32) - np.array(CIFAR10_MEAN, np.float32)) / np.array(
-        CIFAR10_STD, np.float32
-    )
-    h, w = x.shape[1:3]
-    patches = np.stack(
-        [
-            x[:, i : h - patch + 1 + i, j : w - patch + 1 + j, :]
-            for i in range(patch)
-            for j in range(patch)
-        ],
-        axis=3,
-    )
-    # patches: [N, H', W', patch*patch, 3] -> rows of patch*patch*3 values in (i, j, c) order.
-    patches = patches.reshape(-1, patch * patch * 3).astype(np.float64)
-    cov = np.cov(patches, rowvar=False)
+    mean, std = np.array(CIFAR10_MEAN, np.float32), np.array(CIFAR10_STD, np.float32)
+    h, w = images.shape[1:3]
+    width = patch * patch * 3
+    gram, total, count = np.zeros((width, width)), np.zeros(width), 0
+    for start in range(0, len(images), 256):
+        x = (images[start : start + 256].astype(np.float32) - mean) / std
+        # [n, H', W', patch*patch, 3] -> rows of patch*patch*3 values in (i, j, c) order.
+        rows = np.stack(
+            [
+                x[:, i : h - patch + 1 + i, j : w - patch + 1 + j, :]
+                for i in range(patch)
+                for j in range(patch)
+            ],
+            axis=3,
+        ).reshape(-1, width)
+        rows = rows.astype(np.float64)
+        gram += rows.T @ rows
+        total += rows.sum(axis=0)
+        count += len(rows)
+    average = total / count
+    cov = (gram - count * np.outer(average, average)) / (count - 1)
     eigenvalues, eigenvectors = np.linalg.eigh(cov)
     filters = eigenvectors / np.sqrt(eigenvalues + eps)
     filters = filters.T.reshape(-1, patch, patch, 3)  # one filter per eigenvector
@@ -346,12 +354,18 @@ def _smoothed_loss(smoothing: float) -> keras.losses.Loss:
     return _Smoothed(name="smoothed_crossentropy")
 
 
-def build(recipe: Recipe, whitening_images: np.ndarray | None = None) -> keras.Model:
-    """The recipe's network; airbench's whitening stem is fitted to `whitening_images`."""
+def stem_filters(recipe: Recipe, images: np.ndarray) -> np.ndarray | None:
+    """The whitening stem's filters fitted to `images` (airbench only; None otherwise)."""
+    return whitening_filters(images) if recipe.architecture == "airbench" else None
+
+
+def build(recipe: Recipe, whitening: np.ndarray | None = None) -> keras.Model:
+    """The recipe's network; airbench's stem takes the `whitening` filters (`stem_filters`),
+    or trains its own without them."""
     if recipe.architecture == "airbench":
         return build_airbench(
             recipe.widths or (64, 128, 128),
-            None if whitening_images is None else whitening_filters(whitening_images),
+            whitening,
             recipe.batchnorm_momentum,
             recipe.bias_lr_multiplier,
         )

@@ -249,9 +249,10 @@ def fit(
     )
     learning_rate = _logged_learning_rate(run)
     sample = train_images[:5000].numpy() if whitening_sample is None else whitening_sample
+    whitening = model.stem_filters(run.recipe, sample)  # fitted once: the export rebuilds too
 
     def build() -> keras.Model:
-        return model.build(run.recipe, sample)
+        return model.build(run.recipe, whitening)
 
     with run.strategy.scope():
         network = build()
