@@ -69,6 +69,9 @@ def eval_config(accuracy_gate: float, max_regression: float) -> EvalConfig:
     return tfma.EvalConfig(
         model_specs=[
             tfma.ModelSpec(
+                # Stated, so TFMA does not load the SavedModel once more just to find out
+                # whether it is a Keras model (it is a tf.Module with signatures).
+                model_type="tf_generic",
                 signature_name=EXAMPLES_SIGNATURE,
                 label_key=LABEL_KEY,
                 prediction_key=PROBABILITIES_KEY,

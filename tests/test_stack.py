@@ -79,6 +79,18 @@ def test_the_eval_config_builds_from_the_protos_both_tfma_releases_have():
     assert threshold.threshold.value_threshold.lower_bound.value == pytest.approx(0.8)
 
 
+def test_the_evaluator_is_told_the_model_type_instead_of_loading_the_model_to_guess(
+    monkeypatch,
+):
+    from tensorflow_model_analysis.utils import model_util
+
+    loaded = []
+    monkeypatch.setattr(model_util.tf.keras.models, "load_model", lambda *a, **k: loaded.append(a))
+    spec = topology.eval_config(0.8, 0.01).model_specs[0]
+    assert model_util.get_model_type(spec, "/models/candidate/Format-Serving") == "tf_generic"
+    assert loaded == []
+
+
 def test_a_run_that_fails_before_any_component_reports_its_own_error(tmp_path, monkeypatch):
     """Under TFX 1.21 create_pipeline failed, and the empty metadata store's 'holds no
     pipeline run' was all the user saw."""
