@@ -56,7 +56,7 @@ def measure(
     images, labels = loaded["images"], loaded["labels"]
     keras.mixed_precision.set_global_policy(decide_precision(precision, detect("cpu")).policy)
     recipe = model.RECIPES["airbench"]
-    net = model.build(model.RECIPES["airbench"], model.whitening_filters(images[:5000]))
+    net = model.build(recipe, model.stem_filters(recipe, images[:5000]))
     model.compile_model(net, recipe, recipe.learning_rate, 100, 10)
     net.jit_compile = xla
     iterator = iter(_input(input_kind, images, labels, batch, tfrecords))

@@ -18,9 +18,6 @@ from pipeline.config import PipelineConfig, TrainingConfig
 from pipeline.summary import RunSummary
 
 LOCK_FILE = ".run.lock"
-# No Beam arguments by default: Beam's defaults are already the in-memory DirectRunner with
-# one worker, and any argument makes every Beam component build an sdist of TFX for remote
-# workers first (TFX's dependency_utils), 1.3-2.3 s each time that nothing here uses.
 
 
 class OutputDirError(RuntimeError):
@@ -78,6 +75,9 @@ def local_config(
         source_uri=source_uri,
         source_fingerprint=source_fingerprint,
         training=training,
+        # Only the user's Beam arguments: Beam's defaults already are the in-memory
+        # DirectRunner with one worker, and any argument makes every Beam component build an
+        # sdist of TFX for remote workers first (TFX's dependency_utils; 1.3-2.3 s each).
         beam_args=tuple(overrides.pop("beam_args", ())),
         **overrides,
     )
