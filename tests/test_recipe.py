@@ -145,6 +145,34 @@ def test_flip_translate_averages_the_six_views():
     assert not np.allclose(flip_only, expected)
 
 
+class _PassSizeLimited(keras.Model):
+    """`network`, failing whenever it is handed more than `limit` images at once."""
+
+    def __init__(self, network: keras.Model, limit: int):
+        super().__init__()
+        self.network, self.limit = network, limit
+
+    def call(self, images, training=None):
+        too_many = tf.debugging.assert_less_equal(tf.shape(images)[0], self.limit)
+        with tf.control_dependencies([too_many]):
+            return self.network(images)
+
+
+def test_views_go_through_the_network_a_few_at_a_time(monkeypatch):
+    """Large requests (the Evaluator's batches of records x 6 views) run in passes of at
+    most VIEWS_PER_PASS images, in order, in the traced signature as well as eagerly."""
+    network = _tiny_network()
+    images = tf.constant(np.random.default_rng(2).integers(0, 256, (5, 32, 32, 3), np.uint8))
+    whole = export.ServingModule(network, "flip_translate").probabilities(images)
+    monkeypatch.setattr(export, "VIEWS_PER_PASS", 4)  # 30 views: 7 full passes and one of 2
+    module = export.ServingModule(_PassSizeLimited(network, 4), "flip_translate")
+    np.testing.assert_allclose(module.probabilities(images), whole, rtol=1e-5, atol=1e-7)
+    traced = tf.function(module.probabilities)
+    np.testing.assert_allclose(traced(images), whole, rtol=1e-5, atol=1e-7)
+    flip_only = tf.function(export.ServingModule(network, "flip").probabilities)
+    assert flip_only(images[:0]).shape == (0, 10)  # no pass at all
+
+
 def test_unknown_test_time_augmentation_is_refused():
     with pytest.raises(ValueError, match="unknown test-time augmentation 'crops'"):
         export.ServingModule(_tiny_network(), "crops")

@@ -11,7 +11,8 @@ several views: "flip", the image and its mirror image (2 network passes); or
 "flip_translate" (airbench's multi-crop), those two at weight 1/2 and both again shifted
 one pixel up-left and one pixel down-right at 1/4 each (6 passes).
 The exported network is rebuilt in float32 on the default strategy, so a model
-trained under TPUStrategy, MirroredStrategy or bf16 serves on any CPU.
+trained under TPUStrategy, MirroredStrategy or bf16 serves on any CPU. It sees at most
+`VIEWS_PER_PASS` views at a time, whatever the request's size.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from components.contract import (
     IMAGES_INPUT,
     IMAGES_SIGNATURE,
     LABEL_NAMES,
+    NUM_CLASSES,
     PROBABILITIES_KEY,
 )
 from components.trainer import data
@@ -45,6 +47,11 @@ def float32_copy(trained: keras.Model, build_fn) -> keras.Model:
 
 
 TEST_TIME_AUGMENTATIONS = ("flip", "flip_translate")
+# The network runs over at most this many views at a time. The Evaluator hands over a few
+# hundred records a call, six views each; on a 2-core Zen 3 (float32) the network ran at
+# 2,118 images/s in passes of 256 and at 1,274 in one pass of 3,072, whose activations
+# (over 1 GB) are written to freshly mapped memory on every call.
+VIEWS_PER_PASS = 256
 
 
 class ServingModule(tf.Module):
@@ -69,10 +76,28 @@ class ServingModule(tf.Module):
         self.max_image_pixels = max_image_pixels
         self.label_names = tf.constant(LABEL_NAMES)
 
+    def _softmax(self, images: tf.Tensor) -> tf.Tensor:
+        """The network's probabilities, `VIEWS_PER_PASS` images at a time, one after another."""
+        count = tf.shape(images)[0]
+        passes = (count + VIEWS_PER_PASS - 1) // VIEWS_PER_PASS
+        outputs = tf.TensorArray(
+            tf.float32, size=passes, infer_shape=False, element_shape=[None, NUM_CLASSES]
+        )
+
+        def one_pass(index, outputs):
+            chunk = images[index * VIEWS_PER_PASS : (index + 1) * VIEWS_PER_PASS]
+            logits = self.network(chunk, training=False)
+            return index + 1, outputs.write(index, tf.nn.softmax(logits))
+
+        _, outputs = tf.while_loop(
+            lambda index, _: index < passes, one_pass, (0, outputs), parallel_iterations=1
+        )
+        return tf.reshape(outputs.concat(), [count, NUM_CLASSES])
+
     def _mirror_average(self, images: tf.Tensor) -> tf.Tensor:
-        """Probabilities averaged over the images and their mirror images (one pass)."""
+        """Probabilities averaged over the images and their mirror images."""
         both = tf.concat([images, tf.reverse(images, axis=[2])], axis=0)
-        probabilities = tf.nn.softmax(self.network(both, training=False))
+        probabilities = self._softmax(both)
         plain, mirrored = tf.split(probabilities, 2, axis=0)
         return (plain + mirrored) / 2.0
 
