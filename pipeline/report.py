@@ -164,7 +164,7 @@ def training_section(summary: RunSummary) -> dict[str, Any] | None:
             f"{e['seconds']:.1f}",
             f"{e.get('loss', 0):.4f}",
             f"{e.get('accuracy', 0):.4f}",
-            f"{e.get('val_accuracy', 0):.4f}",
+            _eval_accuracy(e),
             f"{e.get('learning_rate', 0):.4g}",
         ]
         for e in history
@@ -186,6 +186,14 @@ def training_section(summary: RunSummary) -> dict[str, Any] | None:
         ]
     )
     return {"setup": setup, "curves": _png(figure), "epochs": rows}
+
+
+def _eval_accuracy(epoch: dict[str, Any]) -> str:
+    """The epoch's validation accuracy, with the share of the eval split it was scored on
+    when that was a part (epochs before the last: `callbacks.Validation`)."""
+    text = f"{epoch.get('val_accuracy', 0):.4f}"
+    fraction = epoch.get("val_fraction", 1.0)
+    return text if fraction >= 1.0 else f"{text} (on {fraction:.0%} of it)"
 
 
 def evaluation_section(summary: RunSummary) -> dict[str, Any] | None:

@@ -22,3 +22,23 @@ def test_a_stopped_run_renders_with_its_values_escaped(tmp_path):
     assert "<td>Cifar10ExampleGen</td><td>1.5</td><td>failed</td>" in page
     assert "<p>The Trainer did not run.</p>" in page
     assert "<p>The Evaluator did not run.</p>" in page
+
+
+def test_the_epoch_table_says_which_epochs_were_scored_on_part_of_the_eval_split(tmp_path):
+    history = [
+        {"epoch": 1, "seconds": 9.0, "loss": 1.7, "accuracy": 0.5, "val_accuracy": 0.53,
+         "val_fraction": 0.2, "learning_rate": 0.5},
+        {"epoch": 2, "seconds": 9.0, "loss": 1.2, "accuracy": 0.8, "val_accuracy": 0.83,
+         "val_fraction": 1.0, "learning_rate": 0.1},
+    ]  # fmt: skip
+    RunSummary(
+        run_id="run",
+        record_counts={},
+        stage_seconds={"Trainer": 20.0},
+        stage_states={"Trainer": "complete"},
+        artifacts={},
+        history=history,
+    ).write(tmp_path)
+    page = build_report(tmp_path).read_text()
+    assert "<td>0.5300 (on 20% of it)</td>" in page
+    assert "<td>0.8300</td>" in page

@@ -19,25 +19,39 @@ from components.trainer.keras import keras, tf
 
 class Validation(keras.callbacks.Callback):
     """Evaluates the eval split at the end of every epoch through one distributed iterator
-    that lives as long as the fit, and adds `val_loss` and `val_<metric>` to the epoch's
-    logs (callbacks after this one see them).
+    that lives as long as the fit, and adds `val_loss`, `val_<metric>` and `val_fraction`
+    (the share of the split's batches scored) to the epoch's logs (callbacks after this
+    one see them).
+
+    The last epoch is scored on the whole split; the epochs before it on the next
+    `interim_steps` batches of it, a part that moves on with every epoch, enough for the
+    learning curve: the whole split (5,000 records) cost 2.4 s an epoch on a 2-core Zen 3.
+    Any `steps` consecutive batches of the repeated split hold each record exactly once, so
+    the last epoch's figure is exact wherever the iterator stands.
 
     Keras' own `validation_data` makes a new distributed iterator every epoch; under
     MirroredStrategy, tearing each one down waited for tf.data's autotuning thread, from
     seconds to about 150 s per epoch with 8 CPU replicas on a 2-core CPU (gdb: the main thread
     in the iterator's destructor, a thread in `Model::OptimizeLoop`)."""
 
-    def __init__(self, strategy: tf.distribute.Strategy, dataset: tf.data.Dataset, steps: int):
+    def __init__(
+        self,
+        strategy: tf.distribute.Strategy,
+        dataset: tf.data.Dataset,
+        steps: int,
+        interim_steps: int | None = None,
+    ):
         super().__init__()
         self._iterator = iter(strategy.experimental_distribute_dataset(dataset.repeat()))
         self._strategy, self._steps = strategy, steps
+        self._interim_steps = min(steps, interim_steps or steps)
         self._evaluate = None
 
     def _build(self):
-        model, strategy, steps = self.model, self._strategy, self._steps
+        model, strategy = self.model, self._strategy
 
         @tf.function
-        def evaluate(iterator):
+        def evaluate(iterator, steps):
             for _ in tf.range(steps):
                 strategy.run(model.test_step, args=(next(iterator),))
 
@@ -48,11 +62,14 @@ class Validation(keras.callbacks.Callback):
             self._evaluate = self._build()
         for metric in self.model.metrics:
             metric.reset_state()
-        self._evaluate(self._iterator)
+        last = epoch + 1 >= self.params.get("epochs", epoch + 1)
+        steps = self._steps if last else self._interim_steps
+        self._evaluate(self._iterator, tf.constant(steps))
         if logs is not None:
             logs.update(
                 {f"val_{metric.name}": float(metric.result()) for metric in self.model.metrics}
             )
+            logs["val_fraction"] = steps / self._steps
 
 
 class Lookahead(keras.callbacks.Callback):
@@ -236,11 +253,14 @@ class TrainingProgress(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         seconds = time.time() - self._started
         self._epoch_seconds.append(seconds)
+        logs = logs or {}
         metrics = ", ".join(
             f"{name} {float(value):.4f}"
-            for name, value in (logs or {}).items()
+            for name, value in logs.items()
             if name in ("loss", "accuracy", "val_accuracy")
         )
+        if logs.get("val_fraction", 1.0) < 1.0:
+            metrics += f" (on {logs['val_fraction']:.0%} of the eval split)"
         self._log.info(
             "Trainer: epoch %d/%d done in %.1fs, %.0f images/s, %s, %s left",
             epoch + 1,

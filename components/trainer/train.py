@@ -6,6 +6,7 @@ fitting the network (`fit`), with every process-wide setting it touches put back
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import random
 import time
@@ -31,6 +32,9 @@ from components.trainer.callbacks import (
 from components.trainer.config import TrainingConfig
 from components.trainer.keras import keras, tf
 
+# Epochs before the last are validated on this share of the eval split's batches
+# (`callbacks.Validation`); the last on all of it.
+INTERIM_VALIDATION_SHARE = 0.2
 TPU_PER_REPLICA_BATCH = 128  # fills the TPU's 128x128 matrix unit, as in the classic recipe
 
 
@@ -277,6 +281,7 @@ def fit(
         run.strategy,
         data.evaluation_dataset(eval_images, eval_labels, run.global_batch_size),
         eval_steps,
+        interim_steps=math.ceil(eval_steps * INTERIM_VALIDATION_SHARE),
     )
     timer = StepTimer()
     started = time.time()
