@@ -231,7 +231,8 @@ def pipeline_run(source: str, output_dir: Path, extra: list[str]) -> dict:
 
 def time_to_accuracy(summary: RunSummary, target: float) -> float | None:
     """Seconds from the start of the pipeline run until the end of the first epoch whose
-    eval accuracy (without test-time augmentation) reached `target`: the stages before the
+    eval accuracy (without test-time augmentation; before the last epoch, on the fifth of
+    the eval split that epoch's validation scored) reached `target`: the stages before the
     Trainer, the Trainer's loading and model building, then the epochs."""
     before_trainer = sum(
         v
