@@ -5,16 +5,27 @@ from pipeline.report import build_report
 from pipeline.summary import RunSummary
 
 
-def test_a_stopped_run_renders_with_its_values_escaped(tmp_path):
+def _page(tmp_path, run_id: str, stage: str, state: str, **facts) -> str:
+    """The report of a run of one stage, with `facts` on top."""
     RunSummary(
-        run_id="<b>run</b>",
+        run_id=run_id,
         record_counts={},
-        stage_seconds={"Cifar10ExampleGen": 1.5},
-        stage_states={"Cifar10ExampleGen": "failed"},
+        stage_seconds={stage: 1.5},
+        stage_states={stage: state},
         artifacts={},
-        failed="SourceError: <script>alert(1)</script>",
+        **facts,
     ).write(tmp_path)
-    page = build_report(tmp_path).read_text()
+    return build_report(tmp_path).read_text()
+
+
+def test_a_stopped_run_renders_with_its_values_escaped(tmp_path):
+    page = _page(
+        tmp_path,
+        "<b>run</b>",
+        "Cifar10ExampleGen",
+        "failed",
+        failed="SourceError: <script>alert(1)</script>",
+    )
     assert "<script>" not in page and "<b>run</b>" not in page
     assert "<li>the run failed: SourceError: &lt;script&gt;alert(1)&lt;/script&gt;</li>" in page
     assert "<title>CIFAR-10 run &lt;b&gt;run&lt;/b&gt;</title>" in page
@@ -31,14 +42,6 @@ def test_the_epoch_table_says_which_epochs_were_scored_on_part_of_the_eval_split
         {"epoch": 2, "seconds": 9.0, "loss": 1.2, "accuracy": 0.8, "val_accuracy": 0.83,
          "val_fraction": 1.0, "learning_rate": 0.1},
     ]  # fmt: skip
-    RunSummary(
-        run_id="run",
-        record_counts={},
-        stage_seconds={"Trainer": 20.0},
-        stage_states={"Trainer": "complete"},
-        artifacts={},
-        history=history,
-    ).write(tmp_path)
-    page = build_report(tmp_path).read_text()
+    page = _page(tmp_path, "run", "Trainer", "complete", history=history)
     assert "<td>0.5300 (on 20% of it)</td>" in page
     assert "<td>0.8300</td>" in page
