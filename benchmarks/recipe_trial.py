@@ -90,9 +90,10 @@ def main() -> None:
     if args.jpeg_quality is not None:
         images = jpeg_trace.jpeg_round_trip(images, args.jpeg_quality, "4:2:0")
     held_out = validation_mask(labels)
+    validation_images, validation_labels = images[held_out], labels[held_out]
     split = {
         "train": (tf.constant(images[~held_out]), tf.constant(labels[~held_out])),
-        "eval": (tf.constant(images[held_out]), tf.constant(labels[held_out])),
+        "eval": (tf.constant(validation_images), tf.constant(validation_labels)),
     }
     run = train.plan(TrainingConfig(model=args.model, seed=args.seed))
     run = dataclasses.replace(
@@ -107,7 +108,6 @@ def main() -> None:
     with settings, tempfile.TemporaryDirectory() as work:
         fitted = train.fit(run, split, f"{work}/checkpoints", f"{work}/model")
         network = export.float32_copy(fitted.network, fitted.build)
-    validation_images, validation_labels = images[held_out], labels[held_out]
     by_view = {  # every test-time augmentation on the same network: what the views are worth
         views: accuracy(export.ServingModule(network, views), validation_images, validation_labels)
         for views in export.TEST_TIME_AUGMENTATIONS
@@ -122,7 +122,7 @@ def main() -> None:
                 "seed": args.seed,
                 "jpeg_quality": args.jpeg_quality,
                 "train_images": int(np.sum(~held_out)),
-                "validation_images": int(np.sum(held_out)),
+                "validation_images": len(validation_labels),
                 "validation_accuracy": by_view[recipe.test_time_augmentation],
                 "validation_accuracy_by_test_time_augmentation": by_view,
                 "validation_accuracy_without_tta": fitted.history[-1].get("val_accuracy"),

@@ -159,8 +159,8 @@ class _PassSizeLimited(keras.Model):
 
 
 def test_views_go_through_the_network_a_few_at_a_time(monkeypatch):
-    """Large requests (the Evaluator's batches of records x 6 views) run in passes of at
-    most VIEWS_PER_PASS images, in order, in the traced signature as well as eagerly."""
+    """Large requests (many records x 6 views) run in passes of at most VIEWS_PER_PASS
+    images, in order, in the traced signature as well as eagerly."""
     network = _tiny_network()
     images = tf.constant(np.random.default_rng(2).integers(0, 256, (5, 32, 32, 3), np.uint8))
     whole = export.ServingModule(network, "flip_translate").probabilities(images)
