@@ -173,6 +173,30 @@ def test_views_go_through_the_network_a_few_at_a_time(monkeypatch):
     assert flip_only(images[:0]).shape == (0, 10)  # no pass at all
 
 
+class _TraceCounting(keras.Model):
+    """`network`, counting how often its graph is built (each call while tracing)."""
+
+    def __init__(self, network: keras.Model):
+        super().__init__()
+        self.network, self.traces = network, 0
+
+    def call(self, images, training=None):
+        self.traces += 1
+        return self.network(images)
+
+
+def test_the_export_builds_the_network_graph_once_for_both_signatures(tmp_path):
+    """One shared probabilities function for the two signatures, one more graph for
+    `logits`; tracing each signature before saving (which traces again) built five."""
+    network = _TraceCounting(_tiny_network())
+    network(tf.zeros([1, 32, 32, 3], tf.uint8))
+    network.traces = 0
+    export.export_serving_model(network, str(tmp_path / "model"), "flip_translate")
+    assert network.traces == 2
+    loaded = tf.saved_model.load(str(tmp_path / "model"))
+    assert set(loaded.signatures) == {"serving_default", "serving_examples"}
+
+
 def test_unknown_test_time_augmentation_is_refused():
     with pytest.raises(ValueError, match="unknown test-time augmentation 'crops'"):
         export.ServingModule(_tiny_network(), "crops")

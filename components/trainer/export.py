@@ -74,6 +74,12 @@ class ServingModule(tf.Module):
         self.test_time_augmentation = test_time_augmentation
         self.max_image_pixels = max_image_pixels
         self.label_names = tf.constant(LABEL_NAMES)
+        # One function that both signatures call: its graph (views, passes, the network) is
+        # traced and stored once, not once per signature.
+        self._traced_probabilities = tf.function(
+            self.probabilities,
+            input_signature=[tf.TensorSpec([None, *IMAGE_SHAPE], tf.uint8)],
+        )
 
     def _softmax(self, images: tf.Tensor) -> tf.Tensor:
         """The network's probabilities, `VIEWS_PER_PASS` images at a time, one after another."""
@@ -110,7 +116,7 @@ class ServingModule(tf.Module):
         return centre / 2.0 + (up_left + down_right) / 4.0
 
     def _outputs(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
-        probabilities = self.probabilities(images)
+        probabilities = self._traced_probabilities(images)
         return {
             PROBABILITIES_KEY: probabilities,
             CLASSES_KEY: tf.gather(self.label_names, tf.argmax(probabilities, axis=1)),
@@ -146,11 +152,15 @@ def export_serving_model(
     max_image_pixels: int = MAX_IMAGE_PIXELS,
 ) -> None:
     module = ServingModule(network, test_time_augmentation, max_image_pixels)
+    # The functions, not concrete functions traced here: saving traces every function
+    # again in its own context, so tracing them beforehand doubled the work (export of the
+    # default model on a 2-core Zen 3: 3.3-4.4 s before, 1.6-1.7 s after, with the shared
+    # probabilities function).
     tf.saved_model.save(
         module,
         export_dir,
         signatures={
-            IMAGES_SIGNATURE: module.serve_images.get_concrete_function(),
-            EXAMPLES_SIGNATURE: module.serve_examples.get_concrete_function(),
+            IMAGES_SIGNATURE: module.serve_images,
+            EXAMPLES_SIGNATURE: module.serve_examples,
         },
     )
