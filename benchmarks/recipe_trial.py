@@ -127,6 +127,7 @@ def main() -> None:
                 "validation_accuracy_by_test_time_augmentation": by_view,
                 "validation_accuracy_without_tta": fitted.history[-1].get("val_accuracy"),
                 "history": [round(e.get("val_accuracy", 0), 4) for e in fitted.history],
+                "epoch_seconds": [e["seconds"] for e in fitted.history],
                 "training_flops": flops.training_flops(forward, images_seen),
                 "fit_seconds": round(fitted.fit_seconds, 1),
                 "wall_seconds": round(time.time() - started, 1),
