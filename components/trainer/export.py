@@ -154,7 +154,7 @@ def export_serving_model(
     module = ServingModule(network, test_time_augmentation, max_image_pixels)
     # The functions, not concrete functions traced here: saving traces every function
     # again in its own context, so tracing them beforehand doubled the work (export of the
-    # default model on a 2-core Zen 3: 3.3-4.4 s before, 1.6-1.7 s after, with the shared
+    # default model on a 2-core Zen 3: 3.3-4.4 s before, 1.4-1.7 s after, with the shared
     # probabilities function).
     tf.saved_model.save(
         module,
