@@ -31,7 +31,7 @@ RUN python -m pip uninstall -y tensorflow \
     && python -m pip install --no-cache-dir --no-deps "$TF_TPU_WHEEL" \
     && curl -fsSL "$LIBTPU_URL" -o /lib/libtpu.so
 # TPU v5e needs TensorFlow's PJRT runtime; the compiled CustomJob sets its environment
-# variables for v5litepod workers only (pipeline/tpu.py), v2/v3 keep the default runtime.
+# variables for v5litepod workers only (pipeline/settings/tpu.py), v2/v3 keep the default runtime.
 
 # The default target: the CPU image for every other step and the Dataflow workers.
 FROM project AS pipeline

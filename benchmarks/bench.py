@@ -44,8 +44,8 @@ from components.contract import (
 from components.trainer import export, flops, model
 from components.trainer.hardware import decide_precision, detect
 from components.trainer.keras import keras, tf
-from pipeline import data_source
-from pipeline.summary import RunSummary
+from pipeline.local.summary import RunSummary
+from pipeline.settings import data_source
 
 CLASSIC_FULL_EPOCHS = 50  # the classic recipe's schedule
 CLASSIC_EPOCH_IMAGES = 50_000  # the classic recipe trains on the whole training release

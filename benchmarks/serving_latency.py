@@ -14,8 +14,8 @@ os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 import numpy as np
 
-from pipeline.config import DEFAULT_SERVING_DIR
-from pipeline.predict import Classifier, encode_png, newest_version
+from pipeline.local.predict import Classifier, encode_png, newest_version
+from pipeline.settings.config import DEFAULT_SERVING_DIR
 
 
 def main() -> None:

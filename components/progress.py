@@ -3,7 +3,7 @@
 Components log it to the `cifar10.progress` logger: INFO for lasting lines (one per
 epoch), which every log keeps; DEBUG for live updates (steps within an epoch, shards
 read), which no log keeps and only an interactive console shows, on one line that
-rewrites itself (see pipeline/local_runner.py). On Vertex the INFO lines reach the
+rewrites itself (see pipeline/local/runner.py). On Vertex the INFO lines reach the
 component's log like any other.
 """
 

@@ -33,8 +33,8 @@ from components.trainer.config import CHECKPOINT_ROOT_KEY, LOCAL_WORKERS_KEY
 from components.trainer.config import CUSTOM_CONFIG_KEY as TRAINING_CONFIG_KEY
 from components.trainer.local_workers import MultiWorkerTrainer
 from components.validation_gate.component import DataValidationGate
-from pipeline.config import KubeflowConfig, PipelineConfig, VertexConfig
-from pipeline.worker_pools import worker_pool_specs
+from pipeline.settings.config import KubeflowConfig, PipelineConfig, VertexConfig
+from pipeline.settings.worker_pools import worker_pool_specs
 
 if TYPE_CHECKING:
     from tensorflow_model_analysis.proto.config_pb2 import EvalConfig

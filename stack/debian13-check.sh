@@ -124,8 +124,8 @@ for model in current host; do
   "$host_cli" predict --json --model-dir "$ROOTFS$CHECK/$model/serving/cifar10" \
     "$ROOTFS$CHECK"/images/*.png >"$ROOTFS$CHECK/$model-on-host.jsonl" 2>/dev/null
 done
-"$REPO/.venv/bin/python" -m pipeline.stack_check "$ROOTFS$CHECK/current/run_summary.json" \
+"$REPO/.venv/bin/python" -m pipeline.local.stack_check "$ROOTFS$CHECK/current/run_summary.json" \
   "$ROOTFS$CHECK/current-on-current.jsonl" "$ROOTFS$CHECK/current-on-host.jsonl"
-"$REPO/.venv/bin/python" -m pipeline.stack_check "$ROOTFS$CHECK/host/run_summary.json" \
+"$REPO/.venv/bin/python" -m pipeline.local.stack_check "$ROOTFS$CHECK/host/run_summary.json" \
   "$ROOTFS$CHECK/host-on-host.jsonl" "$ROOTFS$CHECK/host-on-current.jsonl"
 echo "== [${SECONDS}s] done"

@@ -13,7 +13,7 @@ import pytest
 from benchmarks import bench, recipe_trial
 from components.trainer import model
 from components.trainer.training_summary import TrainingSummary
-from pipeline.summary import RunSummary
+from pipeline.local.summary import RunSummary
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,5 +1,6 @@
 """The CLI restates no default: what `run` passes without options is the config's own."""
 
+import os
 import subprocess
 import sys
 
@@ -7,12 +8,13 @@ import pytest
 
 from components.trainer.config import TrainingConfig
 from pipeline import cli
-from pipeline.config import DEFAULT_OUTPUT_DIR, PipelineConfig
+from pipeline.cli.shared import training_config
+from pipeline.settings.config import PipelineConfig
 
 
 def test_run_without_options_builds_the_default_training_config():
     args = cli.build_parser().parse_args(["run"])
-    assert cli._training_config(args) == TrainingConfig()
+    assert training_config(args) == TrainingConfig()
     defaults = PipelineConfig(
         pipeline_name="p",
         pipeline_root="r",
@@ -34,21 +36,72 @@ def test_help_shows_the_config_defaults(capsys):
     assert "(default: airbench)" in text and "(default: 0.8)" in text
 
 
-def test_compile_keeps_library_output_off_the_console(tmp_path):
-    """TensorFlow's C++ start-up errors ("Unable to register cuFFT factory") and TFX's
-    logging go to outputs/logs under the working directory; the console gets only ours."""
-    output = tmp_path / "pipeline.yaml"
-    done = subprocess.run(
+def _compile_kubeflow(cwd, output, *extra, env=None):
+    return subprocess.run(
         [sys.executable, "-m", "pipeline.cli", "compile", "--target", "kubeflow"]
         + ["--pipeline-root", "gs://b/root", "--image", "img", "--data", "gs://b/d.tar.gz"]
-        + ["--output", str(output)],
+        + ["--output", str(output), *extra],
         capture_output=True,
         text=True,
-        cwd=tmp_path,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
         timeout=600,
     )
+
+
+def test_compile_keeps_library_output_off_the_console_and_out_of_the_working_dir(tmp_path):
+    """TensorFlow's C++ start-up errors ("Unable to register cuFFT factory") and TFX's
+    logging go to the user's state directory; the console gets only ours, and the folder
+    the command runs in gets nothing but the file it was asked to write."""
+    work, state = tmp_path / "work", tmp_path / "state"
+    work.mkdir()
+    output = tmp_path / "pipeline.yaml"
+    done = _compile_kubeflow(work, output, env={"XDG_STATE_HOME": str(state)})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout == f"Compiled {output}\n"
     assert done.stderr == ""
-    (log,) = (tmp_path / DEFAULT_OUTPUT_DIR / "logs").glob("compile-*.log")
+    assert list(work.iterdir()) == []
+    (log,) = (state / "cifar10-pipeline" / "logs").glob("compile-*.log")
     assert "INFO" in log.read_text()
+
+
+def test_log_file_takes_the_log_and_a_refusal_stays_one_line(tmp_path):
+    """--log-file takes the log wherever the user says; a refused flag is still one line."""
+    log = tmp_path / "mine" / "compile.log"
+    done = _compile_kubeflow(tmp_path, tmp_path / "p.yaml", "--log-file", str(log))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "INFO" in log.read_text()
+    failed = _compile_kubeflow(tmp_path, tmp_path / "p.txt", "--log-file", str(log))
+    assert failed.returncode == 2
+    assert len(failed.stderr.strip().splitlines()) == 1 and "must end in .yaml" in failed.stderr
+
+
+def test_an_unexpected_failure_names_the_log(tmp_path, monkeypatch, capsys):
+    """Where a command fails for a reason it cannot put in one line (exit status 1), the
+    last line says where the libraries' log is."""
+    import logging
+
+    from pipeline.cli import compile as compile_command
+
+    def failing(args):
+        logging.getLogger("tfx").warning("what went wrong, in full")
+        print("error: RuntimeError: boom", file=sys.stderr)
+        return 1
+
+    monkeypatch.setattr(compile_command, "cmd_compile", failing)
+    log = tmp_path / "compile.log"
+    status = cli.main(["compile", "--pipeline-root", "gs://b/r", "--image", "i", "--data", "gs://b/d",
+                       "--log-file", str(log)])  # fmt: skip
+    assert status == 1
+    assert capsys.readouterr().err.splitlines()[-1] == f"(the libraries' log: {log})"
+    assert "what went wrong, in full" in log.read_text()
+
+
+def test_the_user_log_dir_follows_xdg_state_home(monkeypatch, tmp_path):
+    from pipeline.common.library_log import user_log_dir
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert user_log_dir() == tmp_path / "cifar10-pipeline" / "logs"
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/ignored")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert user_log_dir() == tmp_path / "home" / ".local" / "state" / "cifar10-pipeline" / "logs"

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.summary import RunSummary
+from pipeline.local.summary import RunSummary
 
 import cifar_fixtures as fx
 from conftest import FAST_TRAINING as FAST

@@ -11,7 +11,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_artifacts
 from tfx.utils import proto_utils
 
-from components.cifar10_example_gen import sources
+from components.cifar10_example_gen import shards, sources
 from components.cifar10_example_gen.component import Cifar10ExampleGen
 from components.cifar10_example_gen.executor import Executor, ReadCifar10Splits
 
@@ -59,13 +59,13 @@ def test_an_archive_is_opened_once_to_check_and_once_to_read(tmp_path, monkeypat
     and decompressed the official archive about twelve times over."""
     archive = fx.binary_archive(tmp_path / "c.tar.gz", batches=3, per_class=2)
     opened = []
-    real_open = sources._open_binary
+    real_open = shards._open_binary
 
     def counting_open(path):
         opened.append(path)
         return real_open(path)
 
-    monkeypatch.setattr(sources, "_open_binary", counting_open)
+    monkeypatch.setattr(shards, "_open_binary", counting_open)
     examples = standard_artifacts.Examples()
     examples.uri = str(tmp_path / "out")
     Executor().Do({}, {"examples": [examples]}, _exec_properties(archive))

@@ -15,8 +15,9 @@ import yaml
 
 from components import stack
 from components.cifar10_example_gen.spec import SOURCE_URI_KEY
-from pipeline import cli, kfp_local
-from pipeline.config import CONTAINER_PROJECT_ROOT, CONTAINER_SCHEMA_PATH
+from pipeline import cli
+from pipeline.kfp_local import plan as kfp_plan
+from pipeline.settings.config import CONTAINER_PROJECT_ROOT, CONTAINER_SCHEMA_PATH
 
 import cifar_fixtures as fx
 from conftest import PIPELINE_NODES
@@ -69,8 +70,8 @@ def vertex_file(tmp_path_factory):
 
 
 def plan(path: Path, target: str = "kubeflow", data: Path | None = Path("/data/c.tar.gz")):
-    image = kfp_local.read_dockerfile(REPO_ROOT / "Dockerfile")
-    return kfp_local.make_plan(path, target, Path("/out"), data, REPO_ROOT, image)
+    image = kfp_plan.read_dockerfile(REPO_ROOT / "Dockerfile")
+    return kfp_plan.make_plan(path, target, Path("/out"), data, REPO_ROOT, image)
 
 
 # --- the Dockerfile and the plan (this environment, no kfp.local) ---
@@ -91,26 +92,26 @@ def test_read_dockerfile_follows_the_stages_to_the_default_one(tmp_path):
         "ENV OLD_FORM kept as is\n"
         "ENV FIRST=again\n"
     )
-    image = kfp_local.read_dockerfile(dockerfile)
+    image = kfp_plan.read_dockerfile(dockerfile)
     assert image.workdir == "/app/sub"
     assert image.env == {"FIRST": "again", "SECOND": "two words", "OLD_FORM": "kept as is"}
 
 
 def test_the_image_puts_the_project_where_compiled_files_expect_it():
-    image = kfp_local.read_dockerfile(REPO_ROOT / "Dockerfile")
+    image = kfp_plan.read_dockerfile(REPO_ROOT / "Dockerfile")
     assert image.workdir == CONTAINER_PROJECT_ROOT
     assert image.env  # the Dockerfile's ENV line, whatever it holds
 
 
 def test_the_data_parameter_is_the_example_gens():
-    assert kfp_local.DATA_PARAMETER == SOURCE_URI_KEY
+    assert kfp_plan.DATA_PARAMETER == SOURCE_URI_KEY
 
 
 def test_plan_maps_every_cloud_uri_and_the_image_paths(kubeflow_file):
     planned = plan(kubeflow_file)
     assert set(planned.steps) == TASKS and planned.not_run == {}
     text = json.dumps(planned.spec)
-    assert kfp_local.CLOUD_URI.search(text) is None
+    assert kfp_plan.CLOUD_URI.search(text) is None
     tasks = planned.spec["root"]["dag"]["tasks"]
     constant = lambda task, key: tasks[task]["inputs"]["parameters"][key]["runtimeValue"]  # noqa: E731
     assert constant("Cifar10ExampleGen", "source_uri")["constant"] == "/data/c.tar.gz"
@@ -152,12 +153,12 @@ def test_plan_names_the_endpoint_deploy_as_a_vertex_call(tmp_path):
     ],
 )
 def test_a_file_compiled_for_the_other_target_is_refused(request, target, fixture, message):
-    with pytest.raises(kfp_local.LocalRunError, match=re.escape(message)):
+    with pytest.raises(kfp_plan.LocalRunError, match=re.escape(message)):
         plan(request.getfixturevalue(fixture), target)
 
 
 def test_a_cloud_uri_without_a_local_counterpart_is_refused(kubeflow_file):
-    with pytest.raises(kfp_local.LocalRunError) as refused:
+    with pytest.raises(kfp_plan.LocalRunError) as refused:
         plan(kubeflow_file, data=None)
     assert str(refused.value).endswith(
         f"Cifar10ExampleGen reads {DATA}, which this run cannot map (no --data given): it maps "
@@ -171,7 +172,7 @@ def test_a_pipeline_spec_2_0_file_is_refused_before_running(kubeflow_file, tmp_p
     parameter["runtimeValue"] = {"constantValue": {"stringValue": "x.run_fn"}}
     old = tmp_path / "old.yaml"
     old.write_text(yaml.safe_dump(spec))
-    with pytest.raises(kfp_local.LocalRunError, match=r"pipeline spec 2\.0 \(Trainer has"):
+    with pytest.raises(kfp_plan.LocalRunError, match=r"pipeline spec 2\.0 \(Trainer has"):
         plan(old)
 
 
@@ -179,7 +180,7 @@ def test_a_pipeline_spec_2_0_file_is_refused_before_running(kubeflow_file, tmp_p
 def test_a_file_that_is_no_pipeline_is_refused(tmp_path, content):
     bad = tmp_path / "p.yaml"
     bad.write_text(content)
-    with pytest.raises(kfp_local.LocalRunError, match="not a"):
+    with pytest.raises(kfp_plan.LocalRunError, match="not a"):
         plan(bad)
 
 

@@ -12,10 +12,12 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from pipeline import cli, kubeflow_runner, vertex_file
-from pipeline.config import CONTAINER_SCHEMA_PATH, TrainingConfig
-from pipeline.local_runner import local_config
+from pipeline import cli, kfp_ir
+from pipeline.kubeflow import compile as kubeflow_compile
+from pipeline.local.runner import local_config
+from pipeline.settings.config import CONTAINER_SCHEMA_PATH, TrainingConfig
 from pipeline.topology import create_pipeline
+from pipeline.vertex import pipeline_file as vertex_file
 
 from conftest import compiler_places, compiling_away_from_home
 
@@ -82,7 +84,7 @@ def test_the_file_is_pipeline_spec_2_1_which_the_kfp_backend_driver_runs(compile
 def test_no_resolver_executors_only_containers(compiled):
     _, spec = compiled
     executors = spec["deploymentSpec"]["executors"]
-    assert kubeflow_runner.resolver_executors(spec) == []
+    assert kfp_ir.resolver_executors(spec) == []
     assert all(set(executor) == {"container"} for executor in executors.values()), executors
     assert {e["container"]["image"] for e in executors.values()} == {IMAGE}
 
@@ -96,7 +98,7 @@ def test_resolver_executors_are_detected():
             }
         }
     }
-    assert kubeflow_runner.resolver_executors(spec) == [
+    assert kfp_ir.resolver_executors(spec) == [
         "latest_blessed_model_resolver-model-resolver_executor"
     ]
 
@@ -148,7 +150,7 @@ def test_local_and_kubeflow_pipelines_share_one_topology(tmp_path):
     training = TrainingConfig()
     local = create_pipeline(local_config(tmp_path, "/data/c.tar.gz", "f", training))
     kubeflow = create_pipeline(
-        kubeflow_runner.kubeflow_config(
+        kubeflow_compile.kubeflow_config(
             pipeline_root=ROOT, image=IMAGE, source_uri=DATA, training=training
         )
     )
@@ -223,7 +225,7 @@ def test_vertex_compiles_yaml_and_submit_accepts_it(tmp_path, capsys):
     )
     spec = yaml.safe_load(path.read_text())
     assert spec["defaultPipelineRoot"] == "gs://b/root"
-    assert kubeflow_runner.resolver_executors(spec) == []
+    assert kfp_ir.resolver_executors(spec) == []
     submission = vertex_file.load_submission(path, "proj-x", "us-central1")
     assert submission.pipeline_root == "gs://b/root"
     assert set(submission.tasks) == set(spec["root"]["dag"]["tasks"])

@@ -50,11 +50,11 @@ def test_wheel_holds_every_package_and_the_schema(tmp_path):
     missing = {p for p in packages if f"{p}/__init__.py" not in names}
     assert not missing, f"add to [tool.setuptools] packages in pyproject.toml: {missing}"
     assert "cifar10_data/schema/schema.pbtxt" in names
-    assert "pipeline/templates/report.html" in names  # the report template
+    assert "pipeline/local/templates/report.html" in names  # the report template
 
 
 def test_schema_is_found_as_package_data():
-    from pipeline.config import SCHEMA_PATH
+    from pipeline.settings.config import SCHEMA_PATH
 
     assert SCHEMA_PATH.name == "schema.pbtxt" and SCHEMA_PATH.exists()
     assert "feature" in SCHEMA_PATH.read_text()
@@ -66,8 +66,8 @@ def test_a_local_pipeline_does_not_import_the_vertex_client(tmp_path):
     script = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from pipeline.config import TrainingConfig\n"
-        "from pipeline.local_runner import local_config\n"
+        "from pipeline.settings.config import TrainingConfig\n"
+        "from pipeline.local.runner import local_config\n"
         "from pipeline.topology import create_pipeline\n"
         "from tfx.orchestration.local.local_dag_runner import LocalDagRunner\n"
         f"config = local_config(Path({str(tmp_path)!r}), '/d/c.tar.gz', 'f', TrainingConfig())\n"
@@ -86,8 +86,8 @@ def test_local_beam_components_do_not_package_tfx_for_remote_workers(tmp_path, m
     from tfx.utils import dependency_utils
 
     from components.cifar10_example_gen.executor import Executor
-    from pipeline.config import TrainingConfig
-    from pipeline.local_runner import local_config
+    from pipeline.local.runner import local_config
+    from pipeline.settings.config import TrainingConfig
 
     built = []
     monkeypatch.setattr(dependency_utils, "build_ephemeral_package", lambda: built.append(1))

@@ -24,7 +24,7 @@ from components.contract import (
 from components.trainer import model
 from components.trainer.hardware import cpu_bf16_blocked, detect
 from components.trainer.keras import tf
-from pipeline.summary import RunSummary
+from pipeline.local.summary import RunSummary
 
 import cifar_fixtures as fx
 from conftest import cli

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from components.atomic_pusher.executor import STAGING_PREFIX
+from components.contract import SAVED_MODEL_FILE
+
 from conftest import FAST_TRAINING, cli, versions
 
 pytestmark = pytest.mark.integration  # full pipeline runs in subprocesses
@@ -21,9 +24,11 @@ pytestmark = pytest.mark.integration  # full pipeline runs in subprocesses
 KILL_AFTER_CALLS = textwrap.dedent("""
     import os, signal, sys, importlib
     module = importlib.import_module(sys.argv[1])
-    name, limit, when = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    name, limit, when, match = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
     real, calls = getattr(module, name), [0]
     def dying(*args, **kwargs):
+        if match not in repr(args):  # only the calls whose arguments mention `match`
+            return real(*args, **kwargs)
         calls[0] += 1
         if calls[0] >= limit and when == "before":
             os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, like a power cut
@@ -33,13 +38,14 @@ KILL_AFTER_CALLS = textwrap.dedent("""
         return result
     setattr(module, name, dying)
     from pipeline.cli import main
-    sys.exit(main(sys.argv[5:]))
+    sys.exit(main(sys.argv[6:]))
 """)
 
 
-def run_and_die(module: str, function: str, call: int, when: str, *args):
+def run_and_die(module: str, function: str, call: int, when: str, *args, match: str = ""):
     """Runs the CLI with `module.function` patched to SIGKILL the process at its `call`-th
-    call, `before` or `after` the real function runs."""
+    call (counting only calls whose arguments mention `match`), `before` or `after` the
+    real function runs."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     env.pop("CIFAR10_DATA", None)
     return subprocess.run(
@@ -51,6 +57,7 @@ def run_and_die(module: str, function: str, call: int, when: str, *args):
             function,
             str(call),
             when,
+            match,
             "run",
             *map(str, args),
         ],
@@ -99,7 +106,20 @@ def test_killed_during_ingest_then_rerun_completes(tiny_archive, tmp_path):
     assert_every_version_loads(tmp_path)
 
 
-def test_killed_during_push_leaves_no_partial_version(tiny_archive, tmp_path):
+@pytest.mark.parametrize(
+    "module, function, match",
+    [
+        # Once the model is fully copied to staging, before any file moves into place.
+        ("components.atomic_pusher.executor", "copy_to_staging", ""),
+        # Inside the move: the first staged file has moved into the version folder, the
+        # rest (saved_model.pb among them, always last) have not.
+        ("tfx.dsl.io.fileio", "rename", STAGING_PREFIX),
+    ],
+    ids=["before-the-move", "inside-the-move"],
+)
+def test_killed_during_push_leaves_no_partial_version(
+    tiny_archive, tmp_path, module, function, match
+):
     args = [
         "--data",
         tiny_archive,
@@ -109,15 +129,20 @@ def test_killed_during_push_leaves_no_partial_version(tiny_archive, tmp_path):
         "0.5",
         *FAST_TRAINING,
     ]
-    # Killed once the model is fully copied to staging, before the rename publishes it.
-    died = run_and_die("components.atomic_pusher.executor", "copy_to_staging", 1, "after", *args)
+    died = run_and_die(module, function, 1, "after", *args, match=match)
     assert died.returncode == -signal.SIGKILL
-    assert versions(tmp_path) == []
+    base = tmp_path / "serving" / "cifar10"
+    left = [p for p in base.iterdir() if p.name.isdigit()] if base.exists() else []
+    if match:  # the kill really came inside the move: a version folder with some files
+        assert [p.name for p in left] != [] and all(any(p.iterdir()) for p in left)
+    # Nothing servable: TF Serving loads a version only once its saved_model.pb exists.
+    assert [p for p in left if (p / SAVED_MODEL_FILE).exists()] == []
     done = cli("run", *args)
     assert done.returncode == 0, done.stderr[-3000:]
     facts = summary(tmp_path)
     assert facts["stage_states"]["Trainer"] == "cached"  # finished work is reused
     assert facts["pushed"] is True
+    assert len(versions(tmp_path)) == 1  # the half-moved folder was cleared, not kept
     assert_every_version_loads(tmp_path)
 
 

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from components.contract import NUM_CLASSES
-from pipeline.report import SAMPLES_PER_CLASS
+from pipeline.local.report import SAMPLES_PER_CLASS
 
 pytestmark = pytest.mark.integration  # full pipeline runs in subprocesses
 
@@ -44,14 +44,26 @@ def test_report_has_every_section_with_numbers_from_the_run(first_run):
     assert not re.search(r'src="(https?:)?//', page)
 
 
+def _without_images(page: str) -> str:
+    return re.sub(r'src="data:image/png;base64,[^"]*"', 'src=""', page)
+
+
 def test_report_command_regenerates_it(first_run, tmp_path):
+    """`report RUN_DIR` rewrites that run's page: its run id, its numbers, the same text
+    and tables as the page the run wrote (images aside: PNG bytes may differ by library)."""
     from conftest import cli
 
-    out, _, _ = first_run
+    out, summary, _ = first_run
+    written = (out / "report.html").read_text()
     (out / "report.html").unlink()
     done = cli("report", out)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert (out / "report.html").stat().st_size > 10_000
+    assert done.stdout.strip() == f"Wrote {(out / 'report.html').resolve()}"
+    page = (out / "report.html").read_text()
+    assert f"<title>CIFAR-10 run {summary['run_id']}</title>" in page
+    assert f"{100 * summary['eval_accuracy']:.2f}%" in page
+    assert summary["pushed_version_dir"] in page
+    assert _without_images(page) == _without_images(written)
 
 
 def test_report_renders_in_headless_chromium(first_run, tmp_path):

@@ -1,8 +1,8 @@
 """The report page is rendered with autoescaping: text from a run (an error message, a run
 id) shows as text and can never become markup. Fast: a run that stopped before training."""
 
-from pipeline.report import build_report
-from pipeline.summary import RunSummary
+from pipeline.local.report import build_report
+from pipeline.local.summary import RunSummary
 
 
 def _page(tmp_path, run_id: str, stage: str, state: str, **facts) -> str:

@@ -212,7 +212,7 @@ def test_broken_bytes_are_still_an_error_and_small_images_still_served(served):
 def test_predict_refuses_the_oversize_file_and_classifies_the_others(
     served, bomb_png, tmp_path, capsys
 ):
-    from pipeline import predict
+    from pipeline.local import predict
 
     good = []
     for name in ("a.png", "b.jpg"):

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from components import stack
-from pipeline import local_runner, stack_check, topology
-from pipeline.config import TrainingConfig
+from pipeline import topology
+from pipeline.local import runner as local_runner
+from pipeline.local import stack_check
+from pipeline.settings.config import TrainingConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from components.trainer.training_summary import TrainingSummary
-from pipeline.summary import Evaluation, Push, RunSummary
+from pipeline.local.summary import Evaluation, Push, RunSummary
 
 TRAINING = TrainingSummary(
     model="airbench",
@@ -89,7 +89,7 @@ def test_missing_and_unknown_fields_are_errors_that_name_them(tmp_path):
 def test_the_console_summary_names_workers_and_the_all_reduce():
     import dataclasses
 
-    from pipeline import report_text
+    from pipeline.local import report_text
 
     multi = dataclasses.replace(
         TRAINING,

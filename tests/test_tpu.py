@@ -10,7 +10,7 @@ from google.cloud.aiplatform_v1.types import (
 )
 
 from components.trainer import tpu_runtime
-from pipeline import tpu
+from pipeline.settings import tpu
 
 # What Vertex expects for each name (Vertex custom training docs: TPU v2/v3 as cloud-tpu with
 # 8 accelerators; TPU v5e as ct5lp-hightpu-{1,4,8}t with no accelerator fields).

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from components.progress import PROGRESS_LOGGER, duration
-from pipeline.local_runner import _ProgressPrinter
+from pipeline.local.runner import _ProgressPrinter
 
 import cifar_fixtures as fx
 

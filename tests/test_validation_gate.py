@@ -11,7 +11,7 @@ from tfx.types import artifact_utils, standard_artifacts
 
 from components.validation_gate.checks import DataValidationError
 from components.validation_gate.executor import Executor
-from pipeline.config import SCHEMA_PATH
+from pipeline.settings.config import SCHEMA_PATH
 
 import cifar_fixtures as fx
 

@@ -13,10 +13,13 @@ import pytest
 from google.cloud.aiplatform_v1.types import AcceleratorType, CustomJobSpec
 
 from components import stack
-from pipeline import cli, vertex_config, vertex_file, vertex_runner
-from pipeline.config import CONTAINER_SCHEMA_PATH, TrainingConfig
-from pipeline.local_runner import local_config
+from pipeline import cli
+from pipeline.local.runner import local_config
+from pipeline.settings.config import CONTAINER_SCHEMA_PATH, TrainingConfig
 from pipeline.topology import create_pipeline
+from pipeline.vertex import options as vertex_config
+from pipeline.vertex import pipeline_file as vertex_file
+from pipeline.vertex import submit as vertex_runner
 
 from conftest import PIPELINE_NODES, compiler_places, compiling_away_from_home
 
@@ -527,7 +530,13 @@ def test_compile_refuses_training_settings_a_tpu_cannot_honour(flags, message, t
 def test_reading_and_submitting_a_compiled_file_imports_no_tfx():
     """`submit` works from the compiled file alone: TFX, TensorFlow and Beam (about 30 s to
     import) stay out of what it uses, and out of what it shares with Kubeflow's submit."""
-    modules = ["submission", "vertex_config", "vertex_file", "vertex_runner", "kubeflow_runner"]
+    modules = [
+        "common.submission",
+        "vertex.options",
+        "vertex.pipeline_file",
+        "vertex.submit",
+        "kubeflow.submit",
+    ]
     code = (
         "import importlib, sys\n"
         f"for name in {modules!r}: importlib.import_module('pipeline.' + name)\n"

@@ -1,0 +1,2 @@
+"""DataValidationGate: TFDV's anomalies and the checks of `checks.py`; bad data stops the run
+before training."""

@@ -83,6 +83,16 @@ def _logging_to(path: Path) -> Iterator[None]:
             tf_logger.addHandler(handler)
 
 
+def user_log_dir() -> Path:
+    """Where a command that was given no output folder keeps its log: the user's state
+    directory (XDG Base Directory: `$XDG_STATE_HOME`, else `~/.local/state`), never the
+    working directory."""
+    state_home = os.environ.get("XDG_STATE_HOME", "")
+    if not Path(state_home).is_absolute():  # the spec: a relative value is to be ignored
+        state_home = str(Path.home() / ".local" / "state")
+    return Path(state_home) / "cifar10-pipeline" / "logs"
+
+
 @contextlib.contextmanager
 def to_file(path: Path) -> Iterator[None]:
     """Library output goes to `path` (appended), the project's own `sys.stderr` lines stay

@@ -34,7 +34,7 @@ from components.contract import (
 )
 from components.tfx_files import statistics_file
 from components.trainer.training_summary import TrainingSummary, strict_from_json
-from pipeline.files import write_atomically
+from pipeline.common.files import write_atomically
 
 SUMMARY_FILE = "run_summary.json"
 ACCURACY_METRIC = "sparse_categorical_accuracy"

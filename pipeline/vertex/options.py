@@ -7,8 +7,13 @@ import re
 from dataclasses import dataclass
 
 from components import stack
-from pipeline.config import PipelineConfig, TrainingConfig, VertexConfig, cloud_pipeline_config
-from pipeline.tpu import tpu_worker
+from pipeline.settings.config import (
+    PipelineConfig,
+    TrainingConfig,
+    VertexConfig,
+    cloud_pipeline_config,
+)
+from pipeline.settings.tpu import tpu_worker
 
 LABEL_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 LABEL_VALUE_PATTERN = re.compile(r"[a-z0-9_-]{0,63}")

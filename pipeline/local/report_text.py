@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from components.contract import LABEL_NAMES, TRAINER_NODE
-from pipeline.summary import RunSummary
+from pipeline.local.summary import RunSummary
 
 
 def _pct(value: float | None) -> str:

@@ -28,7 +28,7 @@ class VertexConfig:
     project: str
     region: str
     image: str
-    tpu_type: str = "v2-8"  # Cloud TPU name; pipeline/tpu.py maps it to the worker pool
+    tpu_type: str = "v2-8"  # Cloud TPU name; pipeline/settings/tpu.py maps it to the worker pool
     # CPU or GPU workers instead of a TPU (pipeline/worker_pools.py): a chief and workers-1
     # more of this machine type, with worker_gpus of worker_gpu_type each.
     worker_machine_type: str = ""

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from components.progress import PROGRESS_LOGGER
-from pipeline import library_log
-from pipeline.config import PipelineConfig, TrainingConfig
-from pipeline.summary import RunSummary
+from pipeline.common import library_log
+from pipeline.local.summary import RunSummary
+from pipeline.settings.config import PipelineConfig, TrainingConfig
 
 LOCK_FILE = ".run.lock"
 
@@ -154,7 +154,7 @@ def run(config: PipelineConfig, output_dir: Path) -> RunSummary:
         # `tfx.v1`, which imports google-cloud-aiplatform (seconds) for its extensions.
         from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
-        from pipeline import summary
+        from pipeline.local import summary
         from pipeline.topology import create_pipeline
 
         try:

@@ -1,5 +1,5 @@
 """Vertex AI Pipelines: submit a compiled file as a PipelineJob and wait for it
-(compiling is `vertex_compile`, reading the file `vertex_file`, as separate steps as in
+(compiling is `vertex.compile`, reading the file `vertex.pipeline_file`, as separate steps as in
 mlops-with-vertex-ai)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 
-from pipeline.submission import SubmitError
-from pipeline.vertex_file import Submission
+from pipeline.common.submission import SubmitError
+from pipeline.vertex.pipeline_file import Submission
 
 DEFAULT_API_ENDPOINT = "{region}-aiplatform.googleapis.com"
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"

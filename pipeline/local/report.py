@@ -27,12 +27,12 @@ from components.contract import (
     TRAIN_SPLIT,
 )
 from components.tfx_files import anomalies_file, statistics_file
-from pipeline.examples import read_split
-from pipeline.files import write_atomically
-from pipeline.summary import RunSummary
+from pipeline.common.files import write_atomically
+from pipeline.local.examples import read_split
+from pipeline.local.summary import RunSummary
 
 REPORT_FILE = "report.html"
-REPORT_TEMPLATE = "report.html"  # in pipeline/templates/
+REPORT_TEMPLATE = "report.html"  # in pipeline/local/templates/
 SAMPLES_PER_CLASS = 8
 SAMPLE_RECORDS = 1000  # train records read for the sample grid
 MISTAKES_SAMPLE = 400  # eval records the exported model classifies: ~65 mistakes to pick 24 from
@@ -312,7 +312,7 @@ def _template():
     import jinja2
 
     environment = jinja2.Environment(
-        loader=jinja2.PackageLoader("pipeline", "templates"),
+        loader=jinja2.PackageLoader("pipeline.local", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )

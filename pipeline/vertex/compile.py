@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.config import PipelineConfig
+from pipeline import kfp_ir
+from pipeline.settings.config import PipelineConfig
 
 
 def compile_pipeline(config: PipelineConfig, output: Path) -> Path:
@@ -12,18 +13,17 @@ def compile_pipeline(config: PipelineConfig, output: Path) -> Path:
     PipelineJob JSON that TFX marks deprecated."""
     from tfx import v1 as tfx
 
-    from pipeline import kubeflow_runner
     from pipeline.topology import create_pipeline
 
     if config.vertex is None:
         raise ValueError("compile_pipeline needs a Vertex configuration")
     if output.suffix != ".json":
-        spec = kubeflow_runner.build_pipeline_spec(config, config.vertex.image)
-        return kubeflow_runner.write_pipeline_yaml(spec, output)
+        spec = kfp_ir.build_pipeline_spec(config, config.vertex.image)
+        return kfp_ir.write_pipeline_yaml(spec, output)
     output = output.resolve()
     output.parent.mkdir(parents=True, exist_ok=True)
     runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
-        config=kubeflow_runner.runner_config(config.vertex.image),
+        config=kfp_ir.runner_config(config.vertex.image),
         output_dir=str(output.parent),
         output_filename=output.name,
     )

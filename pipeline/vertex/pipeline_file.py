@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from components.contract import TRAINER_NODE
-from pipeline.submission import (
+from pipeline.common.submission import (
     SubmitError,
     container_images,
     dated_name,

@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 
 from components.contract import SAVED_MODEL_FILE, newest_served_version
-from pipeline import exit_status
+from pipeline.common import exit_status
 
 ACCEPTED_FORMATS = ("PNG", "JPEG")
 _ACCEPTED_SIGNATURES = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff")
@@ -114,12 +114,12 @@ def _eval_images(args: argparse.Namespace):
     """Eval images for the demo: from --data if given, else the eval split that the run
     which pushed the model ingested (found through its run_summary.json)."""
     from components.cifar10_example_gen.sources import load_arrays
-    from pipeline import data_source
+    from pipeline.settings import data_source
 
     if args.data:
         return load_arrays(data_source.resolve(args.data))["eval"]
-    from pipeline.examples import read_split
-    from pipeline.summary import RunSummary
+    from pipeline.local.examples import read_split
+    from pipeline.local.summary import RunSummary
 
     run_dir = Path(args.model_dir).resolve().parent.parent
     examples = RunSummary.load(run_dir).artifacts.get("examples")
@@ -135,7 +135,7 @@ def main(args: argparse.Namespace) -> int:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     from components.cifar10_example_gen.sources import SourceError
     from components.contract import LABEL_NAMES
-    from pipeline import data_source
+    from pipeline.settings import data_source
 
     try:
         classifier = Classifier(newest_version(args.model_dir))

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.config import VertexConfig
-from pipeline.tpu import tpu_worker
+from pipeline.settings.config import VertexConfig
+from pipeline.settings.tpu import tpu_worker
 
 
 def _gpu_machine_spec(vertex: VertexConfig) -> dict[str, Any]:

@@ -4,7 +4,7 @@ stack serves that model with the same answers as its own stack.
 
 It reads the run's summary and the two `predict --json` outputs; nothing else.
 
-    python -m pipeline.stack_check RUN_SUMMARY OWN_STACK_JSONL OTHER_STACK_JSONL
+    python -m pipeline.local.stack_check RUN_SUMMARY OWN_STACK_JSONL OTHER_STACK_JSONL
 """
 
 from __future__ import annotations

@@ -1,0 +1,64 @@
+"""`cifar10-pipeline`: run the pipeline locally, compile and submit it to Vertex AI or
+Kubeflow Pipelines (after running the compiled file here under kfp.local, if you like),
+classify images with the pushed model."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from pipeline.cli import compile as compile_command
+from pipeline.cli import local_kfp, predict, report, run, submit
+from pipeline.common import exit_status, library_log
+
+# Commands whose libraries' console output (TensorFlow's C++ start-up errors, TFX and absl
+# logging) goes to a log file of its own: --log-file, else the user's state directory, never
+# the working directory. `run` keeps its log in its output folder.
+LIBRARY_OUTPUT_TO_LOG = ("compile", "submit", "predict")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cifar10-pipeline",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit status: 0 ok, 1 unexpected error, 2 bad input, 3 data failed "
+        "validation, 4 model not blessed, 5 submit --wait lost contact (the job may still run)",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    for command in (run, compile_command, submit, local_kfp, report, predict):
+        command.add_parser(commands)
+    for name in LIBRARY_OUTPUT_TO_LOG:
+        commands.choices[name].add_argument(
+            "--log-file",
+            metavar="PATH",
+            help="where the libraries' log goes (default: a new file in "
+            "$XDG_STATE_HOME/cifar10-pipeline/logs, else ~/.local/state/cifar10-pipeline/logs)",
+        )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Library deprecation notices (google-api-core on Python 3.10, TF/TFX internals) are
+    # not actionable for a user of this CLI; the full logs still go to the log file.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module="google")
+    args = build_parser().parse_args(argv)
+    if args.command not in LIBRARY_OUTPUT_TO_LOG:
+        return args.func(args)
+    if args.log_file:
+        log_path = Path(args.log_file).expanduser().resolve()
+    else:  # the process id too: two commands started in the same second must not share a log
+        stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        log_path = library_log.user_log_dir() / f"{args.command}-{stamp}.log"
+    with library_log.to_file(log_path):
+        status = args.func(args)
+    if status == exit_status.ERROR and log_path.exists():  # a refusal stays one line
+        print(f"(the libraries' log: {log_path})", file=sys.stderr)
+    return status

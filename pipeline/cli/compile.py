@@ -1,0 +1,249 @@
+"""`cifar10-pipeline compile`: the same topology for Vertex AI or Kubeflow Pipelines; each target's
+own flags are argument groups of their own."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pipeline.cli.shared import add_gate_args, add_training_args, training_config, wrote
+from pipeline.settings.tpu import ACCEPTED_NAMES as TPU_NAMES
+
+
+def _vertex_target_args(args: argparse.Namespace) -> str:
+    """Compiling for Vertex needs a project and region; Kubeflow needs neither. Empty when
+    given. (`submit` takes them from the compiled file.)"""
+    missing = [
+        flag
+        for flag, value in (("--project", args.project), ("--region", args.region))
+        if not value
+    ]
+    return f"{' and '.join(missing)} required with --target vertex" if missing else ""
+
+
+def _kubeflow_config(args: argparse.Namespace):
+    from pipeline.kubeflow import compile as kubeflow_compile
+
+    return kubeflow_compile.kubeflow_config(
+        pipeline_root=args.pipeline_root,
+        image=args.image,
+        source_uri=args.data,
+        training=training_config(args),
+        trainer_cpu=args.trainer_cpu,
+        trainer_memory_gb=args.trainer_memory_gb,
+        trainer_gpus=args.trainer_gpus,
+        gpu_resource=args.gpu_resource,
+        **_shared_compile_settings(args),
+    )
+
+
+def _vertex_config(args: argparse.Namespace):
+    from pipeline.vertex import options as vertex_options
+
+    missing = _vertex_target_args(args)
+    if missing:
+        raise ValueError(missing)
+    return vertex_options.vertex_config(
+        project=args.project,
+        region=args.region,
+        pipeline_root=args.pipeline_root,
+        image=args.image,
+        source_uri=args.data,
+        training=training_config(args),
+        tpu_type=args.tpu_type,
+        tpu_count=args.tpu_cores,
+        workers=args.workers,
+        worker_machine_type=args.worker_machine_type,
+        worker_gpus=args.worker_gpus,
+        worker_gpu_type=args.worker_gpu_type,
+        dataflow_region=args.dataflow_region,
+        dataflow_temp_location=args.dataflow_temp_location,
+        endpoint=args.endpoint,
+        beam_args=tuple(args.beam_arg),
+        service_account=args.service_account,
+        network=args.network,
+        tpu_image=args.tpu_image,
+        labels=vertex_options.parse_labels(args.label),
+        enable_cache=not args.no_cache,
+        **_shared_compile_settings(args),
+    )
+
+
+def _shared_compile_settings(args: argparse.Namespace) -> dict:
+    return {
+        "source_fingerprint": args.data_fingerprint,
+        "eval_fraction": args.eval_fraction,
+        "accuracy_gate": args.accuracy_gate,
+        "max_regression": args.max_regression,
+    }
+
+
+def _compile(args: argparse.Namespace, make_config, compile_pipeline) -> int:
+    """The same topology for either target; only the configuration differs."""
+    return wrote(
+        "Compiled", lambda: compile_pipeline(make_config(args), Path(args.output)), ValueError
+    )
+
+
+def _compile_kubeflow(args: argparse.Namespace) -> int:
+    from pipeline.kubeflow import compile as kubeflow_compile
+
+    return _compile(args, _kubeflow_config, kubeflow_compile.compile_pipeline)
+
+
+def _compile_vertex(args: argparse.Namespace) -> int:
+    from pipeline.vertex import compile as vertex_compile
+
+    return _compile(args, _vertex_config, vertex_compile.compile_pipeline)
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    return {"kubeflow": _compile_kubeflow, "vertex": _compile_vertex}[args.target](args)
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Compile for either target; each target's own settings are groups of their own."""
+    parser = commands.add_parser(
+        "compile",
+        help="compile the pipeline for Vertex AI or Kubeflow Pipelines "
+        "(KubeflowV2DagRunner, KFP v2 YAML)",
+        description="Writes the pipeline (KFP v2 YAML; a .json --output writes Vertex's "
+        "deprecated PipelineJob JSON): the same DAG as `run`. Vertex: the Trainer "
+        "on a Cloud TPU worker pool (strategy=tpu) and, optionally, Beam steps on "
+        "Dataflow and the Pusher deploying to a Vertex endpoint. Kubeflow: the "
+        "Trainer in its own pod with the --trainer-* requests.",
+    )
+    parser.add_argument("--target", choices=["vertex", "kubeflow"], default="vertex")
+    parser.add_argument("--project", help="Google Cloud project id (vertex)")
+    parser.add_argument("--region", help="e.g. us-central1 (vertex)")
+    parser.add_argument(
+        "--pipeline-root",
+        required=True,
+        metavar="URI",
+        help="folder for artifacts and pushed models: gs:// (vertex), gs:// or s3:// (kubeflow)",
+    )
+    parser.add_argument(
+        "--image", required=True, help="pipeline image built from this repo's Dockerfile"
+    )
+    parser.add_argument(
+        "--data",
+        required=True,
+        metavar="URI",
+        help="CIFAR-10 archive or folder in the same kind of store",
+    )
+    parser.add_argument(
+        "--data-fingerprint",
+        default="",
+        help="change this when the data at --data changes, so that Vertex caching re-ingests it",
+    )
+    parser.add_argument(
+        "--tpu-type",
+        default="",
+        help=f"Cloud TPU of the training job: {', '.join(TPU_NAMES)} (default: v2-8, "
+        "unless --worker-machine-type asks for CPU or GPU workers)",
+    )
+    parser.add_argument(
+        "--tpu-image",
+        default="",
+        help="image of the TPU training job (Dockerfile target tpu-trainer; default: --image)",
+    )
+    parser.add_argument(
+        "--tpu-cores", type=int, help="optional check: the TPU's cores (v2/v3) or chips (v5e)"
+    )
+    parser.add_argument(
+        "--dataflow-region", default="", help="run the Beam steps on Dataflow in this region"
+    )
+    parser.add_argument("--dataflow-temp-location", default="", metavar="GS_URI")
+    parser.add_argument(
+        "--endpoint",
+        default="",
+        help="deploy the blessed model to this Vertex endpoint "
+        "instead of pushing to <pipeline-root>/serving",
+    )
+    _add_vertex_worker_args(parser)
+    _add_kubeflow_pod_args(parser)
+    parser.add_argument(
+        "--output", default="pipeline.yaml", help="file to write (default: %(default)s)"
+    )
+    _add_cloud_args(parser)
+    add_training_args(parser)
+    add_gate_args(parser)
+    parser.set_defaults(func=cmd_compile)
+
+
+def _add_vertex_worker_args(parser: argparse.ArgumentParser) -> None:
+    """CPU or GPU machines instead of a Cloud TPU; only `compile --target vertex` reads them."""
+    vertex = parser.add_argument_group("vertex: CPU or GPU training workers instead of a TPU")
+    vertex.add_argument(
+        "--worker-machine-type",
+        default="",
+        help="train on --workers N machines of this type (e.g. n1-standard-8): a chief pool "
+        "of one and a worker pool of N-1",
+    )
+    vertex.add_argument("--worker-gpus", type=int, default=0, metavar="N", help="GPUs per worker")
+    vertex.add_argument(
+        "--worker-gpu-type", default="", help="Vertex accelerator type, e.g. NVIDIA_TESLA_T4"
+    )
+
+
+def _add_kubeflow_pod_args(parser: argparse.ArgumentParser) -> None:
+    """The Trainer pod's requests; only `compile --target kubeflow` reads them."""
+    kubeflow = parser.add_argument_group("kubeflow: the Trainer pod's requests")
+    kubeflow.add_argument(
+        "--trainer-cpu", type=float, default=0.0, metavar="VCPU", help="CPU request (default: none)"
+    )
+    kubeflow.add_argument(
+        "--trainer-memory-gb",
+        type=float,
+        default=0.0,
+        metavar="GB",
+        help="memory request (default: none)",
+    )
+    kubeflow.add_argument(
+        "--trainer-gpus",
+        type=int,
+        default=0,
+        metavar="N",
+        help="accelerators to request (default: none)",
+    )
+    kubeflow.add_argument(
+        "--gpu-resource",
+        default="nvidia.com/gpu",
+        help="Kubernetes resource name of the accelerator (default: %(default)s)",
+    )
+
+
+def _add_cloud_args(parser: argparse.ArgumentParser) -> None:
+    """Settings of the Vertex training job and its Dataflow workers."""
+    cloud = parser.add_argument_group("cloud settings")
+    cloud.add_argument(
+        "--beam-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="Beam/Dataflow worker option, repeatable, e.g. "
+        "--beam-arg=--disk_size_gb=100 --beam-arg=--machine_type=n2-standard-4 "
+        "--beam-arg=--max_num_workers=4 --beam-arg=--subnetwork=URL "
+        "--beam-arg=--no_use_public_ips",
+    )
+    cloud.add_argument(
+        "--service-account",
+        default="",
+        help="the training CustomJob (and Dataflow workers) run as this account",
+    )
+    cloud.add_argument(
+        "--network",
+        default="",
+        metavar="projects/NUMBER/global/networks/NAME",
+        help="VPC network the training CustomJob is peered with",
+    )
+    cloud.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="label on the training CustomJob (submit adds it to the PipelineJob), repeatable",
+    )
+    cloud.add_argument(
+        "--no-cache", action="store_true", help="compile every step with caching off"
+    )

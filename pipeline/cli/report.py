@@ -1,0 +1,31 @@
+"""`cifar10-pipeline report`: (re)write a finished run's HTML page."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pipeline.cli.shared import wrote
+from pipeline.settings.config import DEFAULT_OUTPUT_DIR
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pipeline.local import report
+
+    return wrote(
+        "Wrote", lambda: report.build_report(Path(args.run_dir).resolve()), FileNotFoundError
+    )
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """(Re)write a run's HTML report."""
+    report_parser = commands.add_parser(
+        "report",
+        help="(re)write RUN_DIR/report.html from a finished run",
+        description="Writes a self-contained HTML page (data, training curves, evaluation, "
+        "verdict) from RUN_DIR/run_summary.json and the run's artifacts.",
+    )
+    report_parser.add_argument(
+        "run_dir", metavar="RUN_DIR", nargs="?", default=str(DEFAULT_OUTPUT_DIR)
+    )
+    report_parser.set_defaults(func=cmd_report)

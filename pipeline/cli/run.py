@@ -1,0 +1,136 @@
+"""`cifar10-pipeline run`: the whole pipeline on this machine, its report and its one-screen
+summary; bad data is refused before TFX, Beam or TensorFlow is imported."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from pipeline.cli.shared import add_gate_args, add_training_args, training_config
+from pipeline.common import exit_status
+from pipeline.settings.config import DEFAULT_OUTPUT_DIR
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    # Only light modules until the data is checked: TFX, Beam and TensorFlow take about a
+    # minute to import here, and a mistyped --data must not wait for them.
+    from components.cifar10_example_gen.sources import SourceError, count_records, fingerprint
+    from components.trainer.hardware import PrecisionError
+    from components.validation_gate.checks import DataValidationError
+    from pipeline.local import report_text
+    from pipeline.local import runner as local_runner
+    from pipeline.settings import data_source
+
+    known = (
+        (SourceError, exit_status.BAD_INPUT),
+        (PrecisionError, exit_status.BAD_INPUT),
+        (local_runner.OutputDirError, exit_status.BAD_INPUT),
+        (DataValidationError, exit_status.DATA_INVALID),
+    )
+    output_dir = Path(args.output_dir).resolve()
+    try:  # arguments, data location and every record: SourceError is a ValueError too
+        source = data_source.resolve(args.data)
+        config = local_runner.local_config(
+            output_dir,
+            source,
+            fingerprint(source),
+            training_config(args),
+            eval_fraction=args.eval_fraction,
+            accuracy_gate=args.accuracy_gate,
+            max_regression=args.max_regression,
+            enable_cache=not args.no_cache,
+            beam_args=tuple(args.beam_arg),
+            local_workers=args.workers,
+        )
+        checking = time.time()
+        counts = count_records(source)
+    except (ValueError, data_source.DataSourceError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return exit_status.BAD_INPUT
+    print(
+        f"Data: {source} ({counts['train']} training and {counts['test']} test records, "
+        f"checked in {time.time() - checking:.1f}s)\nOutput: {output_dir}",
+        file=sys.stderr,
+    )
+    try:
+        with local_runner.exclusive_output_dir(output_dir):
+            try:
+                facts = local_runner.run(config, output_dir)
+            finally:  # also for a failed run: the report says what did run and why it stopped
+                report_path = _write_report(output_dir)
+    except Exception as err:
+        for cause in _causes(err):
+            for error_type, status in known:
+                if isinstance(cause, error_type):
+                    print(f"error: {cause}", file=sys.stderr)
+                    return status
+        print(
+            f"error: {type(err).__name__}: {err}\n(see the log file above for details)",
+            file=sys.stderr,
+        )
+        return exit_status.ERROR
+    print(report_text.render(facts))
+    if report_path:
+        print(f"report         {report_path}")
+    if facts.blessed is False:
+        return exit_status.NOT_BLESSED
+    return exit_status.OK
+
+
+def _write_report(output_dir: Path) -> Path | None:
+    """The HTML report of a finished run; a broken report must not hide the outcome."""
+    from pipeline.local import report
+
+    try:
+        return report.build_report(output_dir)
+    except Exception as err:
+        print(f"warning: could not write the report: {err}", file=sys.stderr)
+        return None
+
+
+def _causes(err: BaseException) -> list[BaseException]:
+    """The exception and the ones it was raised from (an executor's error may arrive
+    wrapped by the orchestrator)."""
+    chain = [err]
+    while (chain[-1].__cause__ or chain[-1].__context__) is not None and len(chain) < 20:
+        chain.append(chain[-1].__cause__ or chain[-1].__context__)
+    return chain
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Run locally: data, output folder, training and gate."""
+    run = commands.add_parser(
+        "run",
+        help="run the whole pipeline locally (Beam DirectRunner, SQLite metadata)",
+        description="Ingest, validate, train, evaluate and push on this machine. Finished "
+        "steps are reused from the metadata cache on a rerun.",
+    )
+    run.add_argument(
+        "--data",
+        metavar="PATH_OR_URL",
+        help="CIFAR-10 archive (.tar.gz), extracted cifar-10-batches-bin/ or "
+        "-py/ folder, image folder, gs:// path or URL. Default: "
+        "$CIFAR10_DATA, then the local cache, then the official download",
+    )
+    run.add_argument(
+        "--output-dir",
+        default=str(DEFAULT_OUTPUT_DIR),
+        help="artifacts, metadata, serving models and run_summary.json (default: %(default)s)",
+    )
+    run.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="rerun every component even if its inputs did not change",
+    )
+    run.add_argument(
+        "--beam-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra Beam pipeline option, e.g. --beam-arg=--direct_num_workers=2",
+    )
+    add_training_args(run)
+    add_gate_args(run)
+    run.set_defaults(func=cmd_run)

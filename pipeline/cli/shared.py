@@ -1,0 +1,130 @@
+"""Flags and helpers that more than one subcommand uses: the training and gate options (their
+defaults read from the config dataclasses, never restated) and the one-file-written reply."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from components.trainer.config import MODELS, PRECISIONS, STRATEGIES, TrainingConfig
+from pipeline.common import exit_status
+from pipeline.settings.config import PipelineConfig
+
+
+def _default(config_class: type, name: str):
+    """A config dataclass's default: the CLI never restates it."""
+    return next(f.default for f in dataclasses.fields(config_class) if f.name == name)
+
+
+def add_training_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("training")
+    group.add_argument(
+        "--model",
+        choices=MODELS,
+        default=_default(TrainingConfig, "model"),
+        help="airbench: the fast default (widths 32/64/128, 5 epochs); airbench94: the "
+        "wider preset for more time or a TPU (64/256/256, 10 epochs, batch 1,024); seed_cnn: "
+        "the classic Colab TPU recipe (default: %(default)s)",
+    )
+    group.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        default=_default(TrainingConfig, "strategy"),
+        help="tf.distribute strategy (auto: TPU if configured, else several "
+        "GPUs or --cpu-replicas, else one device)",
+    )
+    group.add_argument(
+        "--tpu", default="", help="TPU name, grpc://HOST:8470 (Colab) or 'local' (TPU VM)"
+    )
+    group.add_argument(
+        "--cpu-replicas",
+        type=int,
+        metavar="N",
+        default=_default(TrainingConfig, "cpu_replicas"),
+        help="split the CPU into N logical devices for MirroredStrategy",
+    )
+    group.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        default=1,
+        help="train with N worker processes (MultiWorkerMirroredStrategy): run: N local "
+        "processes on loopback; compile --target vertex: a chief and N-1 workers of "
+        "--worker-machine-type (default: %(default)s)",
+    )
+    group.add_argument("--epochs", type=int, help="default: the model recipe's")
+    group.add_argument(
+        "--per-replica-batch-size", type=int, help="default: 128 on TPU, the recipe's elsewhere"
+    )
+    group.add_argument(
+        "--learning-rate",
+        type=float,
+        help="peak learning rate at the recipe's reference batch; scaled with the global batch",
+    )
+    group.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=_default(TrainingConfig, "precision"),
+        help="auto: bf16 on TPU; bf16/fp16 on GPUs that have it; bf16 on CPUs with "
+        "native bf16 (AVX512_BF16, AMX), else float32",
+    )
+    group.add_argument(
+        "--seed",
+        type=int,
+        default=_default(TrainingConfig, "seed"),
+        help="seeds weights, shuffling and augmentation (default: %(default)s)",
+    )
+
+
+def training_config(args: argparse.Namespace) -> TrainingConfig:
+    """The Trainer's settings; several workers train with multi_worker (auto becomes it, any
+    other strategy is refused by the configuration that checks it)."""
+    multi = args.workers > 1 and args.strategy == "auto"
+    return TrainingConfig(
+        model=args.model,
+        strategy="multi_worker" if multi else args.strategy,
+        tpu=args.tpu,
+        cpu_replicas=args.cpu_replicas,
+        epochs=args.epochs,
+        per_replica_batch_size=args.per_replica_batch_size,
+        learning_rate=args.learning_rate,
+        precision=args.precision,
+        seed=args.seed,
+    )
+
+
+def add_gate_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("data and evaluation")
+    group.add_argument(
+        "--eval-fraction",
+        type=float,
+        default=_default(PipelineConfig, "eval_fraction"),
+        help="share of training records carved out for eval when the "
+        "source has no test batch (class-balanced, deterministic)",
+    )
+    group.add_argument(
+        "--accuracy-gate",
+        type=float,
+        default=_default(PipelineConfig, "accuracy_gate"),
+        help="minimum eval accuracy for the model to be blessed and pushed (default: %(default)s)",
+    )
+    group.add_argument(
+        "--max-regression",
+        type=float,
+        default=_default(PipelineConfig, "max_regression"),
+        help="how far accuracy may fall below the baseline model (default: %(default)s)",
+    )
+
+
+def wrote(verb: str, write: Callable[[], Path], refused: type[Exception]) -> int:
+    """A command that writes one file: its path when written, one line when `refused`."""
+    try:
+        path = write()
+    except refused as err:
+        print(f"error: {err}", file=sys.stderr)
+        return exit_status.BAD_INPUT
+    print(f"{verb} {path}")
+    return exit_status.OK

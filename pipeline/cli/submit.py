@@ -1,0 +1,155 @@
+"""`cifar10-pipeline submit`: a compiled file checked offline, then a Vertex AI PipelineJob (with
+--wait, followed to its end) or a Kubeflow Pipelines run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pipeline.common import exit_status
+from pipeline.common.submission import SubmitError
+from pipeline.vertex.submit import WAIT_RETRY_SECONDS
+
+
+def _submit_kubeflow(args: argparse.Namespace) -> int:
+    from pipeline.kubeflow import submit as kubeflow_submit
+
+    try:
+        submission = kubeflow_submit.load_submission(
+            Path(args.pipeline_file), args.host, args.namespace, args.experiment, args.run_name
+        )
+        if args.dry_run:
+            print(submission.describe())
+            return exit_status.OK
+        run_id = kubeflow_submit.submit(submission)
+    except SubmitError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return exit_status.BAD_INPUT
+    print(
+        f"Submitted run {run_id} ('{submission.run_name}', experiment "
+        f"'{submission.experiment}')\n{submission.host}/#/runs/details/{run_id}"
+    )
+    return exit_status.OK
+
+
+def _submit_vertex(args: argparse.Namespace) -> int:
+    from pipeline.vertex import options as vertex_options
+    from pipeline.vertex import pipeline_file as vertex_file
+    from pipeline.vertex import submit as vertex_submit
+
+    try:
+        submission = vertex_file.load_submission(
+            Path(args.pipeline_file),
+            args.project,
+            args.region,
+            args.service_account,
+            args.network,
+            vertex_options.parse_labels(args.label),
+            args.enable_caching,
+        )
+        if args.dry_run:
+            print(submission.describe())
+            return exit_status.OK
+        job = vertex_submit.submit(submission, args.api_endpoint)
+        print(
+            f"Submitted {job.resource_name}\n{vertex_submit.console_url(job.resource_name)}",
+            flush=True,
+        )
+        if not args.wait:
+            return exit_status.OK
+        state = vertex_submit.wait(
+            job,
+            lambda line: print(line, file=sys.stderr, flush=True),
+            args.poll_seconds,
+            args.wait_retry_seconds,
+        )
+    except (SubmitError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return exit_status.BAD_INPUT
+    except vertex_submit.LostContact as err:
+        print(f"error: {err}", file=sys.stderr)
+        return exit_status.LOST_CONTACT
+    print(f"PipelineJob {submission.display_name} ended: {state}")
+    return exit_status.OK if state == "PIPELINE_STATE_SUCCEEDED" else exit_status.ERROR
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    return {"kubeflow": _submit_kubeflow, "vertex": _submit_vertex}[args.target](args)
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Submit a compiled file; each target's settings are a group of their own."""
+    parser = commands.add_parser(
+        "submit",
+        help="submit a compiled pipeline to Vertex AI or Kubeflow Pipelines",
+        description="Creates a Vertex AI PipelineJob (google-cloud-aiplatform), or a Kubeflow "
+        "Pipelines run (kfp Client), from a file written by `compile`.",
+    )
+    parser.add_argument("pipeline_file", metavar="PIPELINE_FILE")
+    parser.add_argument("--target", choices=["vertex", "kubeflow"], default="vertex")
+    _add_vertex_submit_args(parser)
+    kubeflow = parser.add_argument_group("kubeflow")
+    kubeflow.add_argument("--host", default="", help="KFP API URL, e.g. http://localhost:8080")
+    kubeflow.add_argument(
+        "--namespace", default="", help="profile namespace on multi-user clusters"
+    )
+    kubeflow.add_argument("--experiment", default="", help="default: the pipeline name")
+    kubeflow.add_argument("--run-name", default="", help="default: <pipeline>-<timestamp>")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate the file and print what would be submitted; no network",
+    )
+    parser.add_argument("--api-endpoint", default="", help=argparse.SUPPRESS)
+    parser.set_defaults(func=cmd_submit)
+
+
+def _add_vertex_submit_args(parser: argparse.ArgumentParser) -> None:
+    """What `submit --target vertex` may override in the compiled file, and --wait."""
+    vertex = parser.add_argument_group("vertex")
+    vertex.add_argument(
+        "--project", default="", help="default: the compiled one; a different one is refused"
+    )
+    vertex.add_argument(
+        "--region", default="", help="default: the compiled one; a different one is refused"
+    )
+    vertex.add_argument(
+        "--service-account",
+        default="",
+        help="the PipelineJob runs as this account (default: the compiled training job's)",
+    )
+    vertex.add_argument("--network", default="", help="default: the compiled one")
+    vertex.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="PipelineJob label, repeatable (added to the compiled ones)",
+    )
+    caching = vertex.add_mutually_exclusive_group()
+    caching.add_argument(
+        "--cache",
+        dest="enable_caching",
+        action="store_const",
+        const=True,
+        help="reuse cached step results (default: as compiled)",
+    )
+    caching.add_argument(
+        "--no-cache",
+        dest="enable_caching",
+        action="store_const",
+        const=False,
+        help="rerun every step",
+    )
+    vertex.add_argument(
+        "--wait", action="store_true", help="wait for the run to end, printing each step's state"
+    )
+    vertex.add_argument("--poll-seconds", type=float, default=30.0, help=argparse.SUPPRESS)
+    vertex.add_argument(
+        "--wait-retry-seconds",
+        type=float,
+        default=WAIT_RETRY_SECONDS,
+        help="with --wait: how long to keep polling through network or server errors before "
+        "giving up with exit status 5; the job runs on (default: %(default)s)",
+    )

@@ -1,0 +1,61 @@
+"""The pipeline's one topology compiled to KFP v2 pipeline IR with TFX's KubeflowV2DagRunner:
+the step both cloud targets share (`pipeline.vertex.compile`, `pipeline.kubeflow.compile`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeline.common.files import write_atomically
+from pipeline.settings.config import PipelineConfig
+
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def resolver_executors(spec: dict[str, Any]) -> list[str]:
+    """Executors the open-source KFP backend cannot run ("resolver not implemented")."""
+    return sorted(
+        name
+        for name, executor in spec.get("deploymentSpec", {}).get("executors", {}).items()
+        if "resolver" in executor
+    )
+
+
+def runner_config(image: str):
+    """KubeflowV2DagRunner's settings for both targets: pipeline spec 2.1. Spec 2.0 (TFX's
+    default) writes task constants as `runtimeValue.constantValue`, which the open-source
+    KFP backend's driver and kfp.local refuse ("Expected constant."), and leaves out the
+    inputs spec without which TFX's entrypoint reads the deprecated `inputs.parameters`
+    that the backend no longer fills. Vertex AI runs 2.1 as well."""
+    from tfx import v1 as tfx
+
+    return tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
+        default_image=image, use_pipeline_spec_2_1=True
+    )
+
+
+def build_pipeline_spec(config: PipelineConfig, image: str) -> dict[str, Any]:
+    """The KFP v2 PipelineSpec of `create_pipeline(config)`, with the pipeline root as
+    its default root (the YAML form has no runtimeConfig to carry it)."""
+    from tfx import v1 as tfx
+
+    from pipeline.topology import create_pipeline
+
+    runner = tfx.orchestration.experimental.KubeflowV2DagRunner(config=runner_config(image))
+    spec = runner.run(create_pipeline(config), write_out=False)["pipelineSpec"]
+    spec["defaultPipelineRoot"] = config.pipeline_root
+    return spec
+
+
+def yaml_output(output: Path) -> Path:
+    if output.suffix not in YAML_SUFFIXES:
+        raise ValueError(f"--output {output}: the KFP v2 pipeline file must end in .yaml")
+    return output.resolve()
+
+
+def write_pipeline_yaml(spec: dict[str, Any], output: Path) -> Path:
+    """Writes the spec atomically: a failed write leaves no partial file behind."""
+    import yaml
+
+    output = yaml_output(output)
+    return write_atomically(output, yaml.safe_dump(spec, sort_keys=True))

@@ -1,0 +1,213 @@
+"""A compiled pipeline file read and planned for kfp.local: the image's WORKDIR and ENV from the
+Dockerfile, cloud URIs mapped to local folders, and the steps that need Google APIs set aside."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.common.submission import has_dag
+
+# A cloud URI inside any string of the spec, also inside JSON-encoded constants.
+CLOUD_URI = re.compile(r"\b(?:gs|s3)://[^\s\"'\\,;]+")
+# Cifar10ExampleGen's input naming the data (components/cifar10_example_gen/spec.py).
+DATA_PARAMETER = "source_uri"
+# Steps that call Google APIs whatever the data: the Vertex Trainer (a CustomJob) and Pusher
+# (an endpoint deploy), and Beam steps sent to Dataflow.
+GOOGLE_EXECUTOR_PREFIX = "tfx.extensions.google_cloud_ai_platform."
+DATAFLOW_ARG = "--runner=DataflowRunner"
+
+
+class LocalRunError(ValueError):
+    """The file cannot run here; the message is one line that says why."""
+
+
+@dataclass(frozen=True)
+class Image:
+    """What the pipeline image gives every step: its working directory and ENV."""
+
+    workdir: str
+    env: dict[str, str]
+
+
+def _instructions(text: str) -> Iterator[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined."""
+    logical = ""
+    for line in text.splitlines():
+        if line.lstrip().startswith("#") or not (line.strip() or logical):
+            continue
+        if line.rstrip().endswith("\\"):
+            logical += line.rstrip()[:-1] + " "
+            continue
+        keyword, _, rest = (logical + line).strip().partition(" ")
+        logical = ""
+        yield keyword.upper(), rest.strip()
+
+
+def read_dockerfile(path: Path) -> Image:
+    """WORKDIR and ENV of the default (last) stage, through the stages it is built FROM,
+    so the steps get what the image sets, not a copy of it kept here."""
+    stages: dict[str, dict] = {}
+    current: dict = {"workdir": "/", "env": {}}
+    for keyword, rest in _instructions(Path(path).read_text()):
+        if keyword == "FROM":
+            words = rest.split()
+            base = stages.get(words[0], {"workdir": "/", "env": {}})
+            current = {"workdir": base["workdir"], "env": dict(base["env"])}
+            if len(words) == 3 and words[1].upper() == "AS":
+                stages[words[2]] = current
+        elif keyword == "WORKDIR":
+            current["workdir"] = str(Path(current["workdir"], rest))
+        elif keyword == "ENV":
+            words = shlex.split(rest)
+            if words and "=" not in words[0]:  # the old form: ENV KEY VALUE...
+                current["env"][words[0]] = " ".join(words[1:])
+            else:
+                current["env"].update(word.partition("=")[::2] for word in words)
+    return Image(current["workdir"], dict(current["env"]))
+
+
+def _map_strings(value: Any, replace: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return replace(value)
+    if isinstance(value, dict):
+        return {key: _map_strings(item, replace) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_map_strings(item, replace) for item in value]
+    return value
+
+
+def _prefix_pattern(prefix: str) -> re.Pattern:
+    """`prefix` as a whole path: gs://b/root matches gs://b/root/x, not gs://b/root2."""
+    return re.compile(r"(?<![\w./-])" + re.escape(prefix.rstrip("/")) + r"(?=/|$|[^\w.-])")
+
+
+def _executor(spec: dict, task: str) -> dict:
+    component = spec["components"][spec["root"]["dag"]["tasks"][task]["componentRef"]["name"]]
+    return spec["deploymentSpec"]["executors"][component["executorLabel"]].get("container", {})
+
+
+def _google_steps(spec: dict) -> dict[str, str]:
+    """Tasks that call Google APIs, with the reason."""
+    reasons = {}
+    for task in spec["root"]["dag"]["tasks"]:
+        args = _executor(spec, task).get("args", [])
+        executor = (
+            args[args.index("--executor_class_path") + 1]
+            if ("--executor_class_path" in args)
+            else ""
+        )
+        if executor.startswith(GOOGLE_EXECUTOR_PREFIX):
+            reasons[task] = f"calls Vertex AI ({executor.rpartition('.')[0]})"
+        elif DATAFLOW_ARG in args:
+            reasons[task] = "runs its Beam pipeline on Dataflow"
+    return reasons
+
+
+def _downstream(spec: dict, roots: set[str]) -> set[str]:
+    """`roots` and every task that depends on one of them."""
+    tasks = spec["root"]["dag"]["tasks"]
+    found = set(roots)
+    while True:
+        more = {
+            name
+            for name, task in tasks.items()
+            if name not in found and found & set(task.get("dependentTasks", []))
+        }
+        if not more:
+            return found
+        found |= more
+
+
+@dataclass
+class Plan:
+    """The spec as it will run here, and the steps left out, each with the reason."""
+
+    spec: dict[str, Any]
+    steps: list[str]
+    not_run: dict[str, str] = field(default_factory=dict)
+
+
+def _check_form(path: Path, spec: Any) -> None:
+    if not has_dag(spec):
+        raise LocalRunError(
+            f"{path}: not a compiled pipeline (no root DAG); write one with "
+            "`cifar10-pipeline compile --output FILE.yaml`"
+        )
+    for name, task in spec["root"]["dag"]["tasks"].items():
+        for parameter in task.get("inputs", {}).get("parameters", {}).values():
+            if "constantValue" in parameter.get("runtimeValue", {}):
+                raise LocalRunError(
+                    f"{path}: pipeline spec 2.0 ({name} has runtimeValue.constantValue), which "
+                    "KFP's driver and kfp.local refuse; compile it again with this version"
+                )
+
+
+def _check_target(path: Path, target: str, google: dict[str, str]) -> None:
+    if target == "kubeflow" and google:
+        task, reason = next(iter(sorted(google.items())))
+        raise LocalRunError(
+            f"{path} was compiled for --target vertex ({task} {reason}); pass --target vertex "
+            "to run the steps that need no Google API"
+        )
+    if target == "vertex" and not google:
+        raise LocalRunError(
+            f"{path} was compiled for --target kubeflow (no step calls Vertex AI); pass "
+            "--target kubeflow"
+        )
+
+
+def make_plan(
+    path: Path, target: str, output_dir: Path, data: Path | None, project_dir: Path, image: Image
+) -> Plan:
+    """Checks the file, leaves out the steps that need Google APIs (and those after them),
+    and maps the cloud URIs and the image's paths to local ones. Raises LocalRunError."""
+    try:
+        spec = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise LocalRunError(f"{path}: not a readable pipeline YAML ({reason})") from err
+    _check_form(path, spec)
+    google = _google_steps(spec)
+    _check_target(path, target, google)
+    tasks = spec["root"]["dag"]["tasks"]
+    left_out = _downstream(spec, set(google))
+    not_run = {name: google[name] for name in sorted(google)}
+    not_run.update(
+        (name, "needs a step that cannot run here") for name in sorted(left_out - set(google))
+    )
+    for name in left_out:
+        del tasks[name]
+
+    mapping = {spec.get("defaultPipelineRoot", ""): str(output_dir)}
+    for task in tasks.values():
+        parameter = task.get("inputs", {}).get("parameters", {}).get(DATA_PARAMETER, {})
+        uri = parameter.get("runtimeValue", {}).get("constant")
+        if uri and data is not None:
+            mapping[uri] = str(data)
+    patterns = [(_prefix_pattern(old), new) for old, new in mapping.items() if old]
+    patterns.append((_prefix_pattern(image.workdir), str(project_dir)))
+
+    def replace(text: str) -> str:
+        for pattern, new in patterns:
+            text = pattern.sub(lambda _, new=new: new, text)
+        return text
+
+    spec = _map_strings(spec, replace)
+    for name in tasks:
+        text = json.dumps([spec["root"]["dag"]["tasks"][name], _executor(spec, name)])
+        unmapped = CLOUD_URI.search(text)
+        if unmapped:
+            raise LocalRunError(
+                f"{path}: {name} reads {unmapped.group(0)}, which this run cannot map"
+                f"{' (no --data given)' if data is None else ''}: it maps the pipeline root "
+                "to --output-dir and the data to --data"
+            )
+    return Plan(spec=spec, steps=sorted(spec["root"]["dag"]["tasks"]), not_run=not_run)

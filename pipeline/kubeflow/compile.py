@@ -1,0 +1,92 @@
+"""Kubeflow Pipelines (open source, 2.x): the `compile --target kubeflow` settings checked and
+the same topology written as KFP v2 pipeline IR (YAML)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.kfp_ir import (
+    build_pipeline_spec,
+    resolver_executors,
+    write_pipeline_yaml,
+    yaml_output,
+)
+from pipeline.settings.config import (
+    KubeflowConfig,
+    PipelineConfig,
+    TrainingConfig,
+    cloud_pipeline_config,
+)
+
+# TFX components open artifacts themselves with tf.io.gfile: gs:// is built in, s3://
+# (AWS S3 or MinIO through S3_ENDPOINT) needs tensorflow-io in the image.
+ARTIFACT_STORE_SCHEMES = ("gs://", "s3://")
+
+
+def _artifact_store_uri(flag: str, uri: str) -> str:
+    if uri.startswith("minio://"):
+        raise ValueError(
+            f"{flag} '{uri}': TFX components open artifacts with tf.io.gfile, which has no "
+            f"minio:// filesystem; address the bucket as s3://{uri[len('minio://') :]} with "
+            "S3_ENDPOINT pointing at MinIO"
+        )
+    if not uri.startswith(ARTIFACT_STORE_SCHEMES):
+        raise ValueError(
+            f"{flag} must be a gs:// or s3:// URI that the cluster's pods can "
+            f"reach, not a local path, got '{uri}'"
+        )
+    return uri.rstrip("/")
+
+
+def kubeflow_config(
+    *,
+    pipeline_root: str,
+    image: str,
+    source_uri: str,
+    training: TrainingConfig,
+    trainer_cpu: float = 0.0,
+    trainer_memory_gb: float = 0.0,
+    trainer_gpus: int = 0,
+    gpu_resource: str = "nvidia.com/gpu",
+    source_fingerprint: str = "",
+    pipeline_name: str = "cifar10",
+    **overrides,
+) -> PipelineConfig:
+    """The pipeline on a KFP cluster: the standard Trainer in its own pod with the
+    given requests; strategy `auto` then picks from the devices that pod sees."""
+    root = _artifact_store_uri("--pipeline-root", pipeline_root)
+    source_uri = _artifact_store_uri("--data", source_uri)
+    if not image:
+        raise ValueError("--image is required: the pipeline image every step runs")
+    if training.strategy == "multi_worker":
+        raise ValueError(
+            "--workers / --strategy multi_worker are not compiled for Kubeflow Pipelines: "
+            "the Trainer is one pod (see README, Kubeflow: several workers)"
+        )
+    return cloud_pipeline_config(
+        pipeline_name=pipeline_name,
+        pipeline_root=root,
+        source_uri=source_uri,
+        source_fingerprint=source_fingerprint,
+        training=training,
+        kubeflow=KubeflowConfig(
+            image=image,
+            trainer_cpu=trainer_cpu,
+            trainer_memory_gb=trainer_memory_gb,
+            trainer_gpus=trainer_gpus,
+            gpu_resource=gpu_resource,
+        ),
+        **overrides,
+    )
+
+
+def compile_pipeline(config: PipelineConfig, output: Path) -> Path:
+    """Writes the KFP v2 pipeline IR (YAML) to `output`."""
+    if config.kubeflow is None:
+        raise ValueError("compile_pipeline needs a Kubeflow configuration")
+    output = yaml_output(output)  # before the slow part
+    spec = build_pipeline_spec(config, config.kubeflow.image)
+    unsupported = resolver_executors(spec)
+    if unsupported:  # the topology must stay runnable on the open-source backend
+        raise RuntimeError(f"resolver executors in the compiled pipeline: {unsupported}")
+    return write_pipeline_yaml(spec, output)
