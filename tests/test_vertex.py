@@ -1,6 +1,7 @@
 """Vertex AI: compile the same topology with KubeflowV2DagRunner, submit --dry-run, and the
 real submission code path against a local HTTP server standing in for the Vertex API."""
 
+import copy
 import json
 import subprocess
 import sys
@@ -108,7 +109,7 @@ def test_the_job_is_pipeline_spec_2_1(compiled):
 
 def test_submit_still_reads_a_file_compiled_in_pipeline_spec_2_0(compiled, tmp_path, capsys):
     """Files compiled before spec 2.1 wrap each constant; Vertex runs them, submit reads them."""
-    _, job = compiled
+    job = copy.deepcopy(compiled[1])  # the module's compiled job stays as compiled
     parameter = _tasks(job)["Trainer"]["inputs"]["parameters"]["custom_config"]
     value = parameter["runtimeValue"].pop("constant")
     parameter["runtimeValue"]["constantValue"] = {"stringValue": value}
@@ -321,11 +322,15 @@ class _FakeVertex(BaseHTTPRequestHandler):
     """Vertex's REST API (create, then get: running, then succeeded) and the Cloud Storage
     bucket lookup PipelineJob.submit makes for the pipeline root. `faults` are taken one
     per job GET before it is answered: an HTTP status to reply with instead, or "hang"
-    (answer only after the client's request timeout)."""
+    (answer only after the client's request timeout). The job created is named after the
+    project and region it was created in, and a GET of any other name is 404, as on Vertex:
+    `wait` must poll the job `submit` created."""
 
     requests: list = []
     polls = 0
     faults: list = []
+    created = ""  # the created job's resource name
+    gets: list = []  # the paths of the job GETs, in order
 
     def _reply(self, body, status=200):
         reply = json.dumps(body).encode()
@@ -338,11 +343,19 @@ class _FakeVertex(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         _FakeVertex.requests.append((self.path, body))
-        self._reply({**body, "name": JOB_NAME, "state": "PIPELINE_STATE_PENDING"})
+        parent = self.path.split("?")[0].removeprefix("/v1/").removesuffix("/pipelineJobs")
+        _FakeVertex.created = f"{parent}/pipelineJobs/{JOB_ID}"
+        self._reply({**body, "name": _FakeVertex.created, "state": "PIPELINE_STATE_PENDING"})
 
     def do_GET(self):
         if self.path.startswith("/storage/v1/b/"):
             self._reply({"name": "bucket-x", "projectNumber": PROJECT_NUMBER})
+            return
+        path = self.path.split("?")[0]
+        _FakeVertex.gets.append(path)
+        if path != f"/v1/{_FakeVertex.created}":
+            status = {"code": 404, "message": f"{path} not found", "status": "NOT_FOUND"}
+            self._reply({"error": status}, status=404)
             return
         if _FakeVertex.faults:
             fault = _FakeVertex.faults.pop(0)
@@ -357,7 +370,7 @@ class _FakeVertex(BaseHTTPRequestHandler):
         task_state = "SUCCEEDED" if done else "RUNNING"
         self._reply(
             {
-                "name": JOB_NAME,
+                "name": _FakeVertex.created,
                 "state": "PIPELINE_STATE_SUCCEEDED" if done else "PIPELINE_STATE_RUNNING",
                 "jobDetail": {"taskDetails": [{"taskName": "Trainer", "state": task_state}]},
             }
@@ -367,12 +380,15 @@ class _FakeVertex(BaseHTTPRequestHandler):
         pass
 
 
-JOB_NAME = "projects/proj-x/locations/us-central1/pipelineJobs/j1"
+JOB_ID = "j1"
+JOB_NAME = f"projects/proj-x/locations/us-central1/pipelineJobs/{JOB_ID}"
 CONSOLE_URL = (
     "https://console.cloud.google.com/vertex-ai/locations/us-central1/pipelines/runs/j1"
     "?project=proj-x"
 )
-HANG_SECONDS = 1.0
+# The client gives a poll a quarter of this; a normal reply of the local stand-in takes
+# milliseconds, so only the injected hang times out, on a loaded machine too.
+HANG_SECONDS = 4.0
 PROJECT_NUMBER = "123456789"
 
 
@@ -383,6 +399,7 @@ def fake_vertex(monkeypatch):
     server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeVertex)  # a hung reply blocks no other
     threading.Thread(target=server.serve_forever, daemon=True).start()
     _FakeVertex.requests, _FakeVertex.polls, _FakeVertex.faults = [], 0, []
+    _FakeVertex.created, _FakeVertex.gets = "", []
     monkeypatch.setattr(vertex_runner, "POLL_REQUEST_TIMEOUT_SECONDS", HANG_SECONDS / 4)
     monkeypatch.setattr(vertex_runner, "FIRST_BACKOFF_SECONDS", 0.05)
     url = f"http://127.0.0.1:{server.server_port}"
@@ -438,6 +455,9 @@ def test_submit_sends_a_pipeline_job_through_aiplatform_and_waits(
     out, err = capsys.readouterr()
     assert f"Submitted {JOB_NAME}" in out and "ended: PIPELINE_STATE_SUCCEEDED" in out
     assert "Trainer: RUNNING" in err and "Trainer: SUCCEEDED" in err
+    # Every poll asked for the job created, in the compiled project and region.
+    assert _FakeVertex.created == JOB_NAME
+    assert _FakeVertex.gets and set(_FakeVertex.gets) == {f"/v1/{JOB_NAME}"}
 
 
 def _submit_and_wait(path, endpoint, *flags):
@@ -454,12 +474,16 @@ def test_wait_polls_on_through_server_errors_and_timeouts(compiled_for_v5e, fake
     out, err = capsys.readouterr()
     assert "ended: PIPELINE_STATE_SUCCEEDED" in out
     retried = [line for line in err.splitlines() if "lost contact" in line]
-    assert [line.split("(")[1].split(":")[0] for line in retried] == [
+    causes = [line.split("(")[1].split(":")[0] for line in retried]
+    # Each injected fault is retried once, in order. A normal reply that a very loaded
+    # machine delays past the poll timeout would add a ReadTimeout retry, and nothing else.
+    assert [cause for cause in causes if cause != "ReadTimeout"] == [
         "ServiceUnavailable",
-        "ReadTimeout",
         "InternalServerError",
         "TooManyRequests",
     ]
+    assert causes.index("ServiceUnavailable") < causes.index("ReadTimeout")
+    assert causes.index("ReadTimeout") < causes.index("InternalServerError")
     assert all(line.endswith("; retrying") for line in retried)
     assert "Trainer: SUCCEEDED" in err and _FakeVertex.faults == []
 
