@@ -40,7 +40,8 @@ def test_extracted_folder_reads_like_the_archive(tmp_path):
     from_dir = sources.load_arrays(str(tmp_path / "x" / "cifar-10-batches-bin"))
     from_tar = sources.load_arrays(str(archive))
     for split in ("train", "eval"):
-        np.testing.assert_array_equal(from_dir[split][0], from_tar[split][0])
+        np.testing.assert_array_equal(from_dir[split][0], from_tar[split][0])  # images
+        np.testing.assert_array_equal(from_dir[split][1], from_tar[split][1])  # labels
 
 
 def test_test_batch_becomes_eval_split(tmp_path):
@@ -240,20 +241,33 @@ def test_count_records_reads_every_record(tmp_path):
     assert sources.count_records(str(archive)) == {"train": 60, "test": 30}
 
 
-@pytest.mark.parametrize("maker", [fx.binary_archive, fx.python_archive])
-def test_count_records_of_an_archive_checks_every_batch(tmp_path, maker):
+def _with_bad_label(layout: str, index: int, label: int) -> dict[str, bytes]:
+    """Two batch files of one layout; the second has `label` at record `index`."""
+    labels = fx.balanced_labels(1)
+    if layout == "binary":
+        payload = bytearray(fx.binary_batch(labels))
+        payload[3073 * index] = label
+        return {"b/data_batch_1.bin": fx.binary_batch(labels), "b/data_batch_2.bin": bytes(payload)}
+    batch = pickle.loads(fx.python_batch(labels))
+    batch[b"labels"][index] = label
+    return {"b/data_batch_1": fx.python_batch(labels), "b/data_batch_2": pickle.dumps(batch)}
+
+
+@pytest.mark.parametrize(
+    "maker, layout, member",
+    [
+        (fx.binary_archive, "binary", "data_batch_2.bin"),
+        (fx.python_archive, "python", "data_batch_2"),
+    ],
+)
+def test_count_records_of_an_archive_checks_every_batch(tmp_path, maker, layout, member):
+    """Every batch of the layout is read: a bad record in the last one is found, in either
+    layout's reader."""
     archive = maker(tmp_path / "c.tar.gz", batches=2, per_class=2, with_test=True)
     assert sources.count_records(str(archive)) == {"train": 40, "test": 20}
-    payload = bytearray(fx.binary_batch(fx.balanced_labels(1)))
-    payload[3073 * 9] = 200
-    bad = fx.write_tar(
-        tmp_path / "bad.tar.gz",
-        {
-            "b/data_batch_1.bin": fx.binary_batch(fx.balanced_labels(1)),
-            "b/data_batch_2.bin": bytes(payload),
-        },
-    )
+    bad = fx.write_tar(tmp_path / "bad.tar.gz", _with_bad_label(layout, 9, 200))
+    assert [s.layout for s in sources.list_shards(str(bad))] == [layout, layout]
     with pytest.raises(
-        sources.SourceError, match=r"bad\.tar\.gz:b/data_batch_2\.bin: record 9 has label 200"
+        sources.SourceError, match=rf"bad\.tar\.gz:b/{member}: record 9 has label 200"
     ):
         sources.count_records(str(bad))
