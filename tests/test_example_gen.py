@@ -89,8 +89,10 @@ def test_executor_writes_gzipped_tfrecords_per_split(tmp_path):
     train, evals = _read_split(examples, "train"), _read_split(examples, "eval")
     assert (len(train), len(evals)) == (60, 60)  # the test batch is the eval split
     first = train[0].features.feature
-    assert len(first["image_raw"].bytes_list.value[0]) == 3072
-    assert 0 <= first["label"].int64_list.value[0] <= 9
+    labels = fx.balanced_labels(6, seed=1)  # python_archive's data_batch_1
+    assert first["image_raw"].bytes_list.value[0] == fx.make_images(labels, seed=1)[0].tobytes()
+    written = [e.features.feature["label"].int64_list.value[0] for e in train]
+    assert written == labels.tolist()  # every label as the batch file has it, in order
     ids = [e.features.feature["record_id"].bytes_list.value[0] for e in train + evals]
     assert len(set(ids)) == 120
     assert ids[:2] == [b"data_batch_1:0", b"data_batch_1:1"]  # source order, not shuffled
