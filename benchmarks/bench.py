@@ -15,7 +15,9 @@
     exported network with its test-time augmentation (latency does not depend on the
     weights, so an untrained export of each recipe stands in for a trained one).
 
-Prints one table and writes it, with the raw figures, to <output-dir>/bench.json.
+Prints one table and writes it, with the raw figures, to <output-dir>/bench.json. A bench
+whose pipeline ran and passed also writes its figures into docs/performance.md, in this CPU
+kind's section, and the README's timing table (benchmarks/bench_docs.py; --no-docs skips).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import bench_docs
 from components.cifar10_example_gen import sources
 from components.cifar10_example_gen.executor import to_example
 from components.cifar10_example_gen.sources import load_arrays
@@ -268,6 +271,11 @@ def main() -> None:
     parser.add_argument("--probe-rounds", type=int, default=2)
     parser.add_argument("--output-dir", default=None)
     parser.add_argument("--skip-pipeline", action="store_true")
+    parser.add_argument(
+        "--no-docs",
+        action="store_true",
+        help="do not write this machine's figures into docs/performance.md and README.md",
+    )
     args = parser.parse_args()
 
     source = data_source.resolve(args.data)
@@ -292,6 +300,19 @@ def main() -> None:
     (output_dir / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(render(results))
     print(f"\nraw figures: {output_dir / 'bench.json'}")
+    _write_docs(results, args.no_docs)
+
+
+def _write_docs(results: dict, skip: bool) -> None:
+    """This machine's section of docs/performance.md and the README table, after a bench
+    whose pipeline ran and exited 0; any other bench leaves the docs as they are."""
+    if skip:
+        return
+    if results.get("pipeline", {}).get("exit_status") != 0:
+        print("docs: not written (the pipeline did not run, or did not exit 0)")
+        return
+    kind = bench_docs.write_docs(results)
+    print(f"docs: wrote the {kind} section of {bench_docs.PERFORMANCE_PAGE} and README.md's table")
 
 
 def _trainer_breakdown(training) -> str:
