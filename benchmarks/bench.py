@@ -15,7 +15,9 @@
     exported network with its test-time augmentation (latency does not depend on the
     weights, so an untrained export of each recipe stands in for a trained one).
 
-Prints one table and writes it, with the raw figures, to <output-dir>/bench.json.
+Prints one table and writes it, with the raw figures, to <output-dir>/bench.json. A bench
+whose pipeline ran and passed also writes its figures into docs/performance.md, in this CPU
+kind's section, and the README's timing table (benchmarks/bench_docs.py; --no-docs skips).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import bench_docs
+from benchmarks.bench_table import render
 from components.cifar10_example_gen import sources
 from components.cifar10_example_gen.executor import to_example
 from components.cifar10_example_gen.sources import load_arrays
@@ -268,6 +272,11 @@ def main() -> None:
     parser.add_argument("--probe-rounds", type=int, default=2)
     parser.add_argument("--output-dir", default=None)
     parser.add_argument("--skip-pipeline", action="store_true")
+    parser.add_argument(
+        "--no-docs",
+        action="store_true",
+        help="do not write this machine's figures into docs/performance.md and README.md",
+    )
     args = parser.parse_args()
 
     source = data_source.resolve(args.data)
@@ -292,143 +301,19 @@ def main() -> None:
     (output_dir / "bench.json").write_text(json.dumps(results, indent=1, default=str))
     print(render(results))
     print(f"\nraw figures: {output_dir / 'bench.json'}")
+    _write_docs(results, args.no_docs)
 
 
-def _trainer_breakdown(training) -> str:
-    total, load, fit, export = (
-        training.trainer_seconds,
-        training.load_seconds,
-        training.fit_seconds,
-        training.export_seconds,
-    )
-    return (
-        f"{total:.1f} = {load:.1f} + {total - load - fit - export:.1f} + {fit:.1f} + {export:.1f}"
-    )
-
-
-def _epoch_seconds(summary: RunSummary) -> str:
-    seconds = [e["seconds"] for e in summary.history]
-    if len(seconds) < 2:
-        return "n/a"
-    return f"{seconds[0]:.1f}; {float(np.median(seconds[1:])):.1f}"
-
-
-def render(results: dict) -> str:
-    classic, probe = results["classic"], results["probe"]
-    rows = [
-        (
-            f"classic: seconds per epoch (median, {classic['images_per_epoch_measured']} images)",
-            f"{classic['median_seconds_per_epoch']:.1f}",
-        ),
-        (
-            "classic: seconds per epoch of 50,000 images (scaled per image)",
-            f"{classic['seconds_per_50k_epoch']:.1f}",
-        ),
-        (
-            f"classic: eval accuracy after {classic['epochs']} epochs",
-            f"{classic['eval_accuracy']:.4f}",
-        ),
-        ("classic: projected 50-epoch run (s)", f"{classic['projected_full_run_seconds']:.0f}"),
-    ]
-    peak, run = results.get("peak"), results.get("pipeline")
-    summary = RunSummary.from_json(run["summary"], "bench.json pipeline summary") if run else None
-    if peak:
-        default_rate = next(iter(probe["settings"].values()))["images_per_second"]
-        effective = default_rate * peak["training_flops_per_image"] / 1e9
-        hardware = peak["hardware"]
-        rows += [
-            (
-                "machine",
-                f"{hardware['cpu_model']} ({', '.join(hardware['cpu_flags'])}); "
-                f"precision {peak['precision']}: {peak['precision_reason']}",
-            ),
-            (
-                f"machine: TF conv 3x3 / matmul 2048, {peak['precision']} (GFLOP/s)",
-                f"{peak['conv3x3_gflops']:.0f} / {peak['matmul_gflops']:.0f}",
-            ),
-            (
-                "probe: default model's training GFLOP/s (3 x forward FLOPs x images/s)",
-                f"{effective:.0f} = {peak['training_flops_per_image'] / 1e6:.0f} MFLOP x "
-                f"{default_rate:.0f} img/s",
-            ),
-            (
-                "probe: efficiency, probe / conv throughput",
-                f"{effective / peak['conv3x3_gflops']:.2f}",
-            ),
-        ]
-        training = summary and summary.training
-        if training and training.fit_seconds > 0:
-            fitted = training.training_flops / training.fit_seconds / 1e9
-            rows += [
-                (
-                    "pipeline fit: effective training GFLOP/s (training FLOPs / fit seconds, "
-                    "validation passes included)",
-                    f"{fitted:.0f} = {training.training_flops:.3g} / {training.fit_seconds:.1f} s",
-                ),
-                (
-                    "efficiency: pipeline fit / conv throughput (goal >= 0.70)",
-                    f"{fitted / peak['conv3x3_gflops']:.2f}",
-                ),
-            ]
-    for name, measured in probe["settings"].items():
-        rows.append(
-            (
-                f"probe, {name}: training images/s (x default; first step s)",
-                f"{measured['images_per_second']:.0f} ({measured['relative_to_default']:.2f}x; "
-                f"{measured['first_step_seconds']:.1f})",
-            )
-        )
-    if run:
-        training, evaluation = summary.training, summary.evaluation
-        for stage, seconds in summary.stage_seconds.items():
-            rows.append((f"pipeline stage {stage} (s)", f"{seconds:.1f}"))
-        ttr = run["time_to_80_seconds"]
-        fit = training.fit_seconds if training else 0.0
-        rows += [
-            (
-                "pipeline: Trainer = load + build + fit + export (s)",
-                _trainer_breakdown(training) if training else "did not train",
-            ),
-            ("pipeline: seconds per epoch (first; median of the rest)", _epoch_seconds(summary)),
-            (
-                "pipeline: seconds inside fit but outside the epochs (pauses)",
-                f"{fit - sum(e['seconds'] for e in summary.history):.1f}",
-            ),
-            (
-                "pipeline: overhead, everything but the Trainer's fit (s)",
-                f"{run['wall_seconds'] - fit:.0f}",
-            ),
-            (
-                "pipeline: eval accuracy (TFMA, exported model with test-time augmentation)",
-                f"{evaluation.eval_accuracy if evaluation else None}",
-            ),
-            ("pipeline: blessed / exit status", f"{summary.blessed} / {run['exit_status']}"),
-            ("pipeline: total wall seconds", f"{run['wall_seconds']:.0f}"),
-            ("pipeline: training FLOPs", f"{training.training_flops:.2e}" if training else "0"),
-            (
-                "pipeline wall time in classic-recipe epochs of 50,000 images (goal <= 5)",
-                f"{run['wall_seconds'] / classic['seconds_per_50k_epoch']:.1f}",
-            ),
-            (
-                "pipeline: time to 80% eval accuracy (s)",
-                "not reached" if ttr is None else f"{ttr:.0f}",
-            ),
-        ]
-        if ttr is not None:
-            rows.append(
-                (
-                    "time-to-80% ratio, pipeline / classic 50-epoch run "
-                    "(classic never reaches 80%: a lower bound)",
-                    f"{ttr / classic['projected_full_run_seconds']:.3f}",
-                )
-            )
-    width = max(len(r[0]) for r in rows)
-    table = "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
-    if results.get("serving"):
-        table += f"\n\nserving (CPU), the pushed model:\n{results['serving']}"
-    for name, text in results.get("recipe_serving", {}).items():
-        table += f"\n\nserving (CPU), recipe {name}:\n{text}"
-    return table
+def _write_docs(results: dict, skip: bool) -> None:
+    """This machine's section of docs/performance.md and the README table, after a bench
+    whose pipeline ran and exited 0; any other bench leaves the docs as they are."""
+    if skip:
+        return
+    if results.get("pipeline", {}).get("exit_status") != 0:
+        print("docs: not written (the pipeline did not run, or did not exit 0)")
+        return
+    kind = bench_docs.write_docs(results)
+    print(f"docs: wrote the {kind} section of {bench_docs.PERFORMANCE_PAGE} and README.md's table")
 
 
 if __name__ == "__main__":
