@@ -159,8 +159,8 @@ def test_throughput_probe_measures_each_input(tmp_path, input_kind):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     measured = json.loads(done.stdout.strip().splitlines()[-1])
-    # the one JSON line `make bench` reads, with the keys it reads
-    assert sorted(measured) == ["first_step_seconds", "images_per_second"]
+    # the one JSON line `make bench` reads, exactly these keys
+    assert sorted(measured) == ["first_step_seconds", "images_per_second", "steps"]
 
 
 @pytest.mark.integration

@@ -204,7 +204,7 @@ def test_offline_download_names_the_url_and_the_option(tmp_path):
         [
             sys.executable,
             "-c",
-            "from pipeline import data_source as d; d.OFFICIAL_URL = 'http://127.0.0.1:9/c.tar.gz';"
+            "from pipeline.settings import data_source as d; d.OFFICIAL_URL = 'http://127.0.0.1:9/c.tar.gz';"
             "import sys; from pipeline.cli import main; sys.exit(main(['run', '--output-dir', "
             f"'{tmp_path}/out']))",
         ],
