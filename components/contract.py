@@ -13,6 +13,19 @@ from collections.abc import Callable, Iterable
 IMAGE_KEY = "image_raw"  # 3,072 bytes: 32x32x3 uint8, row-major HWC
 LABEL_KEY = "label"  # int64 in 0..NUM_CLASSES-1
 RECORD_ID_KEY = "record_id"  # "<batch file>:<index>", for tracing a record to its source
+# Per-image summaries beside the bytes (float, one value each), for TFDV's statistics, skew
+# and drift; the model and the serving signatures never read them
+# (components/cifar10_example_gen/summaries.py).
+IMAGE_SUMMARY_FEATURES = (
+    "image_brightness",
+    "image_contrast",
+    "image_red_mean",
+    "image_green_mean",
+    "image_blue_mean",
+    "image_clipped_fraction",
+    "image_sharpness",
+    "image_blockiness",
+)
 
 LABEL_NAMES = (
     "airplane",
@@ -72,6 +85,12 @@ TRAINING_SUMMARY_FILE = "training_summary.json"
 # A served model version: a numbered folder under the serving directory that holds this
 # file. TF Serving loads a version once the file is there, so the pusher moves it last.
 SAVED_MODEL_FILE = "saved_model.pb"
+# Beside saved_model.pb in every pushed version (TF Serving ignores other files): the train
+# split's statistics (DatasetFeatureStatisticsList) of the data that version was trained
+# on, which the next run's drift check compares with. In DataValidationGate's output, the
+# comparisons it made (JSON) and a copy of the served statistics it compared with.
+SERVED_STATISTICS_FILE = "training_statistics.pb"
+COMPARISON_FILE = "comparison.json"
 
 
 def newest_served_version(names: Iterable[str], holds_model: Callable[[str], bool]) -> str | None:

@@ -164,9 +164,9 @@ def _trainer(config: PipelineConfig, examples, schema):
     return trainer
 
 
-def _pusher(config: PipelineConfig, model, blessing, serving_model_dir: str):
+def _pusher(config: PipelineConfig, model, blessing, serving_model_dir: str, statistics):
     """Vertex's Pusher when deploying to an endpoint; else AtomicPusher into the serving
-    directory."""
+    directory, each version with its training data's statistics beside it."""
     if config.vertex is not None and config.vertex.endpoint:
         from tfx.extensions.google_cloud_ai_platform import constants as vertex_constants
         from tfx.extensions.google_cloud_ai_platform.pusher.component import (
@@ -187,7 +187,12 @@ def _pusher(config: PipelineConfig, model, blessing, serving_model_dir: str):
                 },
             },
         )
-    return AtomicPusher(model=model, model_blessing=blessing, base_directory=serving_model_dir)
+    return AtomicPusher(
+        model=model,
+        model_blessing=blessing,
+        base_directory=serving_model_dir,
+        statistics=statistics,
+    )
 
 
 def create_pipeline(config: PipelineConfig) -> tfx_pipeline.Pipeline:
@@ -203,17 +208,20 @@ def create_pipeline(config: PipelineConfig) -> tfx_pipeline.Pipeline:
     example_validator = ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"]
     )
+    # The served model is read from the serving directory (its training statistics by the
+    # gate, the model itself by ServedModelBaseline): ordinary steps, where a Resolver would
+    # compile to executors that only some orchestrators implement.
+    serving_model_dir = f"{config.serving_dir.rstrip('/')}/{config.model_name}"
     validation_gate = DataValidationGate(
         statistics=statistics_gen.outputs["statistics"],
         anomalies=example_validator.outputs["anomalies"],
+        schema=schema_gen.outputs["schema"],
+        serving_model_dir=serving_model_dir,
+        accept_drift=config.accept_drift,
     )
     trainer = _trainer(config, example_gen.outputs["examples"], schema_gen.outputs["schema"])
     trainer.add_upstream_node(validation_gate)
 
-    # The baseline is the model being served, read from the serving directory: an
-    # ordinary step, where a Resolver would compile to executors that only some
-    # orchestrators implement.
-    serving_model_dir = f"{config.serving_dir.rstrip('/')}/{config.model_name}"
     served_model = ServedModelBaseline(
         model=trainer.outputs["model"], serving_model_dir=serving_model_dir
     )
@@ -225,7 +233,11 @@ def create_pipeline(config: PipelineConfig) -> tfx_pipeline.Pipeline:
         eval_config=eval_config(config.accuracy_gate, config.max_regression),
     ).with_id(EVALUATOR_NODE)
     pusher = _pusher(
-        config, trainer.outputs["model"], evaluator.outputs["blessing"], serving_model_dir
+        config,
+        trainer.outputs["model"],
+        evaluator.outputs["blessing"],
+        serving_model_dir,
+        statistics_gen.outputs["statistics"],
     )
 
     metadata = (

@@ -73,6 +73,17 @@ def binary_archive(
     return write_tar(path, members)
 
 
+def scaled_archive(path: Path, factor: float, batches: int = 2, per_class: int = 10) -> Path:
+    """`binary_archive`'s records with every pixel multiplied by `factor` (a badly exposed
+    camera batch, for the drift check)."""
+    members = {}
+    for b in range(1, batches + 1):
+        labels = balanced_labels(per_class, seed=b)
+        scaled = np.clip(make_images(labels, seed=b) * float(factor), 0, 255).astype(np.uint8)
+        members[f"cifar-10-batches-bin/data_batch_{b}.bin"] = binary_records(scaled, labels)
+    return write_tar(path, members)
+
+
 def python_archive(
     path: Path, batches: int = 2, per_class: int = 10, with_test: bool = False
 ) -> Path:
@@ -107,11 +118,15 @@ def serialized_examples(images: np.ndarray, labels: np.ndarray | None = None) ->
     """tf.Examples exactly as Cifar10ExampleGen writes them (its own `to_example`)."""
     from components.cifar10_example_gen.executor import to_example
     from components.cifar10_example_gen.sources import Record
+    from components.cifar10_example_gen.summaries import summarize
 
     labels = np.zeros(len(images), np.int64) if labels is None else labels
+    summaries = np.stack(list(summarize(images).values()), axis=1).tolist()
     return [
-        to_example(Record(f"fixture:{i}", int(label), image.tobytes())).SerializeToString()
-        for i, (image, label) in enumerate(zip(images, labels))
+        to_example(
+            Record(f"fixture:{i}", int(label), image.tobytes(), tuple(summary))
+        ).SerializeToString()
+        for i, (image, label, summary) in enumerate(zip(images, labels, summaries))
     ]
 
 

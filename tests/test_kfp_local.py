@@ -6,6 +6,7 @@ two-step pipeline of plain scripts; end to end on the compiled Kubeflow and Vert
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import yaml
 
 from components import stack
 from components.cifar10_example_gen.spec import SOURCE_URI_KEY
+from components.contract import SERVED_STATISTICS_FILE
 from pipeline import cli
 from pipeline.kfp_local import plan as kfp_plan
 from pipeline.settings.config import CONTAINER_PROJECT_ROOT, CONTAINER_SCHEMA_PATH
@@ -340,18 +342,49 @@ def _local_kfp(path: Path, data: Path, out: Path, *extra: str) -> subprocess.Com
     return run_cli("local-kfp", path, "--data", data, "--output-dir", out, *extra)
 
 
+@pytest.fixture(scope="module")
+def kubeflow_push(kubeflow_file, tiny_archive, tmp_path_factory):
+    """The compiled Kubeflow file run once under kfp.local on the tiny archive."""
+    out = tmp_path_factory.mktemp("kfp-push") / "out"
+    return _local_kfp(kubeflow_file, tiny_archive, out), out
+
+
 @pytest.mark.integration
 @pytest.mark.xdist_group("kfp_local")
-def test_the_kubeflow_file_runs_end_to_end_and_pushes(kubeflow_file, tiny_archive, tmp_path):
-    done = _local_kfp(kubeflow_file, tiny_archive, tmp_path / "out")
+def test_the_kubeflow_file_runs_end_to_end_and_pushes(kubeflow_push):
+    done, out = kubeflow_push
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stderr.count(": SUCCESS in ") == len(TASKS)
     for name in TASKS:
         assert f"  {name:<22} SUCCESS" in done.stdout, done.stdout
     assert "blessed        yes" in done.stdout
-    [version] = (tmp_path / "out" / "serving" / "cifar10").iterdir()
+    [version] = (out / "serving" / "cifar10").iterdir()
     assert (version / "saved_model.pb").is_file()
     assert f"pushed         {version}" in done.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.xdist_group("kfp_local")
+def test_the_next_run_reads_the_pushed_statistics_back(
+    kubeflow_file, kubeflow_push, tiny_archive, tmp_path
+):
+    """The pushed version keeps its training statistics in the pipeline root; the same
+    compiled file's next run there, on darker data, stops at the gate on drift from them."""
+    _, pushed = kubeflow_push
+    out = tmp_path / "out"
+    shutil.copytree(pushed, out)  # this test's own copy of the pipeline root
+    [version] = (out / "serving" / "cifar10").iterdir()
+    assert (version / SERVED_STATISTICS_FILE).stat().st_size > 0
+    dark = fx.scaled_archive(tmp_path / "dark.tar.gz", 0.6, per_class=60)
+    done = _local_kfp(kubeflow_file, dark, out)
+    assert done.returncode == 1, done.stderr[-4000:]
+    error = done.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: step DataValidationGate failed: "), error
+    log = (out / "logs").glob("*/DataValidationGate.log")
+    text = "\n".join(path.read_text() for path in log)
+    assert "drift: feature 'image_brightness': Jensen-Shannon divergence " in text
+    assert f"against the training data of served version {version.name})" in text
+    assert [p.name for p in (out / "serving" / "cifar10").iterdir()] == [version.name]
 
 
 @pytest.mark.integration

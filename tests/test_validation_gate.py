@@ -9,6 +9,7 @@ import tensorflow as tf
 import tensorflow_data_validation as tfdv
 from tfx.types import artifact_utils, standard_artifacts
 
+from components.contract import IMAGE_BYTES, IMAGE_SHAPE, IMAGE_SUMMARY_FEATURES
 from components.validation_gate.checks import DataValidationError
 from components.validation_gate.executor import Executor
 from pipeline.settings.config import SCHEMA_PATH
@@ -17,10 +18,17 @@ import cifar_fixtures as fx
 
 
 def _example(image: bytes, label: int, record_id: str) -> bytes:
+    """As the ExampleGen writes it, summaries included (a planted wrong-size image, which the
+    ExampleGen would refuse, gets mid-range ones)."""
     from components.cifar10_example_gen.executor import to_example
     from components.cifar10_example_gen.sources import Record
+    from components.cifar10_example_gen.summaries import summarize
 
-    return to_example(Record(record_id, label, image)).SerializeToString()
+    summary = (0.5,) * len(IMAGE_SUMMARY_FEATURES)
+    if len(image) == IMAGE_BYTES:
+        pixels = np.frombuffer(image, np.uint8).reshape((1, *IMAGE_SHAPE))
+        summary = tuple(float(v[0]) for v in summarize(pixels).values())
+    return to_example(Record(record_id, label, image, summary)).SerializeToString()
 
 
 def _clean_split(per_class=3, seed=0):
@@ -55,7 +63,22 @@ def _artifacts(tmp_path, splits):
             os.makedirs(folder, exist_ok=True)
             with open(os.path.join(folder, name), "wb") as handle:
                 handle.write(proto.SerializeToString())
-    return {"statistics": [statistics], "anomalies": [anomalies]}
+    schema_artifact = standard_artifacts.Schema()
+    schema_artifact.uri = str(tmp_path / "schema")
+    os.makedirs(schema_artifact.uri)
+    tfdv.write_schema_text(schema, os.path.join(schema_artifact.uri, "schema.pbtxt"))
+    return {"statistics": [statistics], "anomalies": [anomalies], "schema": [schema_artifact]}
+
+
+def _gate(tmp_path, splits):
+    Executor().Do(_artifacts(tmp_path, splits), _outputs(tmp_path), {})
+
+
+def _outputs(tmp_path):
+    comparison = standard_artifacts.ExampleAnomalies()
+    comparison.uri = str(tmp_path / "comparison")
+    os.makedirs(comparison.uri, exist_ok=True)
+    return {"comparison": [comparison]}
 
 
 def test_clean_data_passes(tmp_path, monkeypatch):
@@ -73,7 +96,9 @@ def test_clean_data_passes(tmp_path, monkeypatch):
 
         monkeypatch.setattr(executor, name, recording)
     Executor().Do(
-        _artifacts(tmp_path, {"train": _clean_split(), "eval": _clean_split(seed=1)}), {}, {}
+        _artifacts(tmp_path, {"train": _clean_split(), "eval": _clean_split(seed=1)}),
+        _outputs(tmp_path),
+        {},
     )
     assert sorted(reported) == [
         ("anomaly_problems", "eval", []),
@@ -87,7 +112,11 @@ def test_label_out_of_range_stops_the_run(tmp_path):
     train = _clean_split()
     train[0] = (train[0][0], 12)
     with pytest.raises(DataValidationError, match="split 'train', feature 'label'"):
-        Executor().Do(_artifacts(tmp_path, {"train": train, "eval": _clean_split(seed=1)}), {}, {})
+        Executor().Do(
+            _artifacts(tmp_path, {"train": train, "eval": _clean_split(seed=1)}),
+            _outputs(tmp_path),
+            {},
+        )
 
 
 def test_wrong_image_size_stops_the_run(tmp_path):
@@ -97,25 +126,35 @@ def test_wrong_image_size_stops_the_run(tmp_path):
         DataValidationError,
         match=r"split 'eval', feature 'image_raw': images are 3000 to 3072 bytes",
     ):
-        Executor().Do(_artifacts(tmp_path, {"train": _clean_split(), "eval": evals}), {}, {})
+        Executor().Do(
+            _artifacts(tmp_path, {"train": _clean_split(), "eval": evals}), _outputs(tmp_path), {}
+        )
 
 
 def test_missing_class_stops_the_run(tmp_path):
     evals = [r for r in _clean_split(seed=1) if r[1] != 7]
     with pytest.raises(DataValidationError, match=r"split 'eval', feature 'label': classes \[7\]"):
-        Executor().Do(_artifacts(tmp_path, {"train": _clean_split(), "eval": evals}), {}, {})
+        Executor().Do(
+            _artifacts(tmp_path, {"train": _clean_split(), "eval": evals}), _outputs(tmp_path), {}
+        )
 
 
 def test_empty_split_stops_the_run(tmp_path):
     with pytest.raises(DataValidationError, match="split 'eval'"):
-        Executor().Do(_artifacts(tmp_path, {"train": _clean_split(), "eval": []}), {}, {})
+        Executor().Do(
+            _artifacts(tmp_path, {"train": _clean_split(), "eval": []}), _outputs(tmp_path), {}
+        )
 
 
 def test_every_problem_is_listed(tmp_path):
     train = _clean_split()
     train[0] = (train[0][0][:100], 11)
     with pytest.raises(DataValidationError) as caught:
-        Executor().Do(_artifacts(tmp_path, {"train": train, "eval": _clean_split(seed=1)}), {}, {})
+        Executor().Do(
+            _artifacts(tmp_path, {"train": train, "eval": _clean_split(seed=1)}),
+            _outputs(tmp_path),
+            {},
+        )
     message = str(caught.value)
     assert "feature 'label'" in message and "feature 'image_raw'" in message
     assert np.char.count(message, "\n  - ") >= 2

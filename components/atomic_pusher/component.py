@@ -13,6 +13,8 @@ class AtomicPusherSpec(ComponentSpec):
     INPUTS = {
         "model": ChannelParameter(type=standard_artifacts.Model),
         "model_blessing": ChannelParameter(type=standard_artifacts.ModelBlessing),
+        # The training data's statistics, kept in each version for the next run's drift check.
+        "statistics": ChannelParameter(type=standard_artifacts.ExampleStatistics, optional=True),
     }
     OUTPUTS = {"pushed_model": ChannelParameter(type=standard_artifacts.PushedModel)}
 
@@ -25,12 +27,17 @@ class AtomicPusher(base_component.BaseComponent):
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)
 
     def __init__(
-        self, model: types.BaseChannel, model_blessing: types.BaseChannel, base_directory: str
+        self,
+        model: types.BaseChannel,
+        model_blessing: types.BaseChannel,
+        base_directory: str,
+        statistics: types.BaseChannel | None = None,
     ):
         super().__init__(
             spec=AtomicPusherSpec(
                 model=model,
                 model_blessing=model_blessing,
+                statistics=statistics,
                 base_directory=base_directory,
                 pushed_model=types.Channel(type=standard_artifacts.PushedModel),
             )

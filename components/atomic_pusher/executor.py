@@ -21,7 +21,8 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils
 
-from components.contract import SAVED_MODEL_FILE
+from components.contract import SAVED_MODEL_FILE, SERVED_STATISTICS_FILE, TRAIN_SPLIT
+from components.tfx_files import statistics_file
 
 BASE_DIRECTORY_KEY = "base_directory"
 STAGING_PREFIX = ".staging-"
@@ -68,9 +69,11 @@ def _version_holding(base_directory: str, model_path: str) -> str | None:
     return None
 
 
-def copy_to_staging(model_path: str, staging: str) -> None:
+def copy_to_staging(model_path: str, staging: str, statistics_path: str | None = None) -> None:
     io_utils.copy_dir(model_path, staging)
     io_utils.write_string_file(os.path.join(staging, SOURCE_FILE), model_path)
+    if statistics_path:  # moved into place with the model, so a version never lacks it
+        fileio.copy(statistics_path, os.path.join(staging, SERVED_STATISTICS_FILE))
 
 
 def _files_under(directory: str) -> list[str]:
@@ -93,7 +96,9 @@ def move_into_place(staging: str, final: str) -> None:
     fileio.rmtree(staging)
 
 
-def publish_version(model_path: str, base_directory: str) -> tuple[str, str, bool]:
+def publish_version(
+    model_path: str, base_directory: str, statistics_path: str | None = None
+) -> tuple[str, str, bool]:
     """Copies a SavedModel to `<base>/<version>/`, loadable only once complete.
 
     Returns (path, version, is_new); is_new is False when that model is already served.
@@ -105,7 +110,7 @@ def publish_version(model_path: str, base_directory: str) -> tuple[str, str, boo
         return os.path.join(base_directory, existing), existing, False
     version = _next_version(base_directory)
     staging = os.path.join(base_directory, f"{STAGING_PREFIX}{version}")
-    copy_to_staging(model_path, staging)
+    copy_to_staging(model_path, staging, statistics_path)
     final = os.path.join(base_directory, version)
     move_into_place(staging, final)
     return final, version, True
@@ -120,8 +125,11 @@ class Executor(pusher_executor.Executor):
         if not self.CheckBlessing(input_dict):
             self._MarkNotPushed(model_push)
             return
+        statistics = input_dict.get("statistics")
         serving_path, version, is_new = publish_version(
-            self.GetModelPath(input_dict), exec_properties[BASE_DIRECTORY_KEY]
+            self.GetModelPath(input_dict),
+            exec_properties[BASE_DIRECTORY_KEY],
+            statistics_file(statistics[0], TRAIN_SPLIT) if statistics else None,
         )
         logging.info(
             "Model version %s %s at %s",

@@ -19,7 +19,7 @@ from tfx.types.standard_component_specs import EXAMPLES_KEY
 from components.cifar10_example_gen import sources
 from components.cifar10_example_gen.spec import EVAL_FRACTION_KEY, SOURCE_URI_KEY, SPLITS
 from components.cifar10_example_gen.stored_gzip import WriteStoredGzipTFRecords
-from components.contract import IMAGE_KEY, LABEL_KEY, RECORD_ID_KEY
+from components.contract import IMAGE_KEY, IMAGE_SUMMARY_FEATURES, LABEL_KEY, RECORD_ID_KEY
 
 # TFX's own ExampleGen file names: data_tfrecord-00000-of-00001.gz
 FILE_PREFIX = "data_tfrecord"
@@ -27,17 +27,14 @@ FILE_PREFIX = "data_tfrecord"
 
 def to_example(record: sources.Record) -> tf.train.Example:
     feature = tf.train.Feature
-    return tf.train.Example(
-        features=tf.train.Features(
-            feature={
-                IMAGE_KEY: feature(bytes_list=tf.train.BytesList(value=[record.image])),
-                LABEL_KEY: feature(int64_list=tf.train.Int64List(value=[record.label])),
-                RECORD_ID_KEY: feature(
-                    bytes_list=tf.train.BytesList(value=[record.record_id.encode()])
-                ),
-            }
-        )
-    )
+    features = {
+        IMAGE_KEY: feature(bytes_list=tf.train.BytesList(value=[record.image])),
+        LABEL_KEY: feature(int64_list=tf.train.Int64List(value=[record.label])),
+        RECORD_ID_KEY: feature(bytes_list=tf.train.BytesList(value=[record.record_id.encode()])),
+    }
+    for name, value in zip(IMAGE_SUMMARY_FEATURES, record.summary):
+        features[name] = feature(float_list=tf.train.FloatList(value=[value]))
+    return tf.train.Example(features=tf.train.Features(feature=features))
 
 
 def _tagged_examples(

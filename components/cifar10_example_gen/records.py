@@ -26,7 +26,8 @@ from components.cifar10_example_gen.shards import (
     _open_binary,
     _walk_files,
 )
-from components.contract import IMAGE_BYTES, LABEL_NAMES, NUM_CLASSES
+from components.cifar10_example_gen.summaries import summarize
+from components.contract import IMAGE_BYTES, IMAGE_SHAPE, LABEL_NAMES, NUM_CLASSES
 from components.progress import progress_logger
 
 
@@ -140,9 +141,11 @@ def batch_file_records(shard: Shard, where: str, data: bytes) -> list[Record]:
     """The checked records of one batch file's bytes, in their stored order."""
     labels, images = _parse_batch(shard, where, data)
     base = os.path.basename(shard.member)
+    pixels = images.reshape((-1, *IMAGE_SHAPE))
+    summaries = np.stack(list(summarize(pixels).values()), axis=1).tolist()
     records = [
-        Record(f"{base}:{index}", int(label), image.tobytes())
-        for index, (label, image) in enumerate(zip(labels, images))
+        Record(f"{base}:{index}", int(label), image.tobytes(), tuple(summary))
+        for index, (label, image, summary) in enumerate(zip(labels, images, summaries))
     ]
     progress_logger().debug(
         "Cifar10ExampleGen: read %s, %d records (%s split)", where, len(records), shard.split
@@ -159,9 +162,10 @@ def read_shard(shard: Shard) -> Iterator[Record]:
         for rel in _walk_files(folder):
             if rel.lower().endswith(IMAGE_SUFFIXES):
                 count += 1
-                yield Record(
-                    os.path.join(shard.member, rel), label, _decode_image(os.path.join(folder, rel))
-                )
+                image = _decode_image(os.path.join(folder, rel))
+                pixels = np.frombuffer(image, np.uint8).reshape((1, *IMAGE_SHAPE))
+                summary = tuple(float(value[0]) for value in summarize(pixels).values())
+                yield Record(os.path.join(shard.member, rel), label, image, summary)
         progress_logger().debug("Cifar10ExampleGen: read %s, %d images", folder, count)
         return
     yield from batch_file_records(shard, *_read_member(shard))

@@ -47,6 +47,8 @@ class Record:
     record_id: str
     label: int
     image: bytes  # 32x32x3 uint8, row-major HWC
+    # The image's summary features, in contract.IMAGE_SUMMARY_FEATURES order (summaries.py).
+    summary: tuple[float, ...] = ()
 
 
 def _is_archive(path: str) -> bool:

@@ -1,14 +1,21 @@
-"""DataValidationGate: fails the run, before training, when the data is bad."""
+"""DataValidationGate: fails the run, before training, when the data is bad, skewed between
+its splits, or drifted from what the served model was trained on."""
 
+from tfx import types
 from tfx.dsl.components.base import base_component, executor_spec
-from tfx.types import BaseChannel
+from tfx.types import BaseChannel, standard_artifacts
 
 from components.validation_gate.executor import Executor
-from components.validation_gate.spec import DataValidationGateSpec
+from components.validation_gate.spec import (
+    ACCEPT_DRIFT_KEY,
+    SERVING_MODEL_DIR_KEY,
+    DataValidationGateSpec,
+)
 
 
 class DataValidationGate(base_component.BaseComponent):
-    """Raises DataValidationError listing every anomaly and failed check.
+    """Raises DataValidationError listing every anomaly, failed check, skewed feature and
+    (unless drift is accepted) drifted feature.
 
     Downstream components (the Trainer) are made to depend on it, so training
     never starts on data that failed validation.
@@ -17,5 +24,20 @@ class DataValidationGate(base_component.BaseComponent):
     SPEC_CLASS = DataValidationGateSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)
 
-    def __init__(self, statistics: BaseChannel, anomalies: BaseChannel):
-        super().__init__(spec=DataValidationGateSpec(statistics=statistics, anomalies=anomalies))
+    def __init__(
+        self,
+        statistics: BaseChannel,
+        anomalies: BaseChannel,
+        schema: BaseChannel,
+        serving_model_dir: str = "",
+        accept_drift: bool = False,
+    ):
+        super().__init__(
+            spec=DataValidationGateSpec(
+                statistics=statistics,
+                anomalies=anomalies,
+                schema=schema,
+                comparison=types.Channel(type=standard_artifacts.ExampleAnomalies),
+                **{SERVING_MODEL_DIR_KEY: serving_model_dir, ACCEPT_DRIFT_KEY: int(accept_drift)},
+            )
+        )

@@ -75,6 +75,7 @@ def _shared_compile_settings(args: argparse.Namespace) -> dict:
         "eval_fraction": args.eval_fraction,
         "accuracy_gate": args.accuracy_gate,
         "max_regression": args.max_regression,
+        "accept_drift": args.accept_drift,
     }
 
 

@@ -40,6 +40,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             eval_fraction=args.eval_fraction,
             accuracy_gate=args.accuracy_gate,
             max_regression=args.max_regression,
+            accept_drift=args.accept_drift,
             enable_cache=not args.no_cache,
             beam_args=tuple(args.beam_arg),
             local_workers=args.workers,

@@ -117,6 +117,12 @@ def add_gate_args(parser: argparse.ArgumentParser) -> None:
         default=_default(PipelineConfig, "max_regression"),
         help="how far accuracy may fall below the baseline model (default: %(default)s)",
     )
+    group.add_argument(
+        "--accept-drift",
+        action="store_true",
+        help="train even if the data drifted from what the served model was trained on "
+        "(recorded in the run summary and report); skew between the splits still stops",
+    )
 
 
 def wrote(verb: str, write: Callable[[], Path], refused: type[Exception]) -> int:

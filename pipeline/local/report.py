@@ -8,8 +8,6 @@ sample: sample images per class, and the most confident mistakes among the first
 
 from __future__ import annotations
 
-import base64
-import io
 import os
 from pathlib import Path
 from typing import Any
@@ -26,113 +24,16 @@ from components.contract import (
     PROBABILITIES_KEY,
     TRAIN_SPLIT,
 )
-from components.tfx_files import anomalies_file, statistics_file
 from pipeline.common.files import write_atomically
 from pipeline.local.examples import read_split
+from pipeline.local.report_data import data_section, png_of, tiles
 from pipeline.local.summary import RunSummary
 
 REPORT_FILE = "report.html"
 REPORT_TEMPLATE = "report.html"  # in pipeline/local/templates/
-SAMPLES_PER_CLASS = 8
 SAMPLE_RECORDS = 1000  # train records read for the sample grid
 MISTAKES_SAMPLE = 400  # eval records the exported model classifies: ~65 mistakes to pick 24 from
 MISTAKES_SHOWN = 24
-
-
-def _png(figure) -> str:
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    plt.close(figure)
-    return _png_data_uri(buffer.getvalue())
-
-
-def _png_data_uri(png: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(png).decode()
-
-
-def _tile(image: np.ndarray) -> str:
-    """One image as a PNG data URI, encoded by Pillow: a grid of these renders in
-    milliseconds, where a matplotlib axes per image took seconds per grid."""
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.fromarray(image).save(buffer, format="PNG")
-    return _png_data_uri(buffer.getvalue())
-
-
-def _tiles(images: np.ndarray, captions: list[str]) -> list[tuple[str, str]]:
-    """(PNG data URI, caption) per image, for the template's grid."""
-    return [(_tile(image), caption) for image, caption in zip(images, captions)]
-
-
-def data_section(summary: RunSummary, train) -> dict[str, Any]:
-    import matplotlib.pyplot as plt
-
-    chart = ""
-    if summary.evaluation and summary.evaluation.per_class_eval_records:
-        per_class = summary.evaluation.per_class_eval_records
-        figure, axis = plt.subplots(figsize=(8, 3))
-        axis.bar(np.arange(NUM_CLASSES), [per_class.get(i, 0) for i in range(NUM_CLASSES)])
-        axis.set_xticks(np.arange(NUM_CLASSES), LABEL_NAMES, rotation=30, fontsize=8)
-        axis.set_ylabel("eval records")
-        chart = _png(figure)
-    images, labels, _ = train
-    samples, captions = [], []
-    for label in range(NUM_CLASSES):
-        chosen = np.flatnonzero(labels == label)[:SAMPLES_PER_CLASS]
-        samples.extend(images[chosen])
-        captions.extend([LABEL_NAMES[label]] * len(chosen))
-    statistics, anomalies = _statistics_rows(summary)
-    return {
-        "counts": ", ".join(f"{split} {count}" for split, count in summary.record_counts.items()),
-        "source": str(summary.source),
-        "chart": chart,
-        "tiles": _tiles(np.array(samples), captions) if samples else [],
-        "columns": SAMPLES_PER_CLASS,
-        "statistics": statistics,
-        "anomalies": anomalies,
-    }
-
-
-def _statistics_rows(summary: RunSummary) -> tuple[list[list[Any]], list[list[Any]]]:
-    """One row per split and feature from StatisticsGen, one per anomaly found."""
-    from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
-
-    artifacts = summary.artifacts
-    rows, anomalies = [], []
-    for split in (TRAIN_SPLIT, EVAL_SPLIT):
-        path = statistics_file(artifacts.get("statistics", ""), split)
-        if os.path.exists(path):
-            stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(Path(path).read_bytes())
-            for dataset in stats.datasets:
-                for feature in dataset.features:
-                    name = ".".join(feature.path.step)
-                    common = (
-                        feature.num_stats.common_stats
-                        if feature.HasField("num_stats")
-                        else feature.string_stats.common_stats
-                        if feature.HasField("string_stats")
-                        else feature.bytes_stats.common_stats
-                    )
-                    detail = ""
-                    if feature.HasField("bytes_stats"):
-                        detail = (
-                            f"{feature.bytes_stats.min_num_bytes:g}-"
-                            f"{feature.bytes_stats.max_num_bytes:g} bytes"
-                        )
-                    elif feature.HasField("string_stats"):
-                        detail = f"{feature.string_stats.unique} distinct values"
-                    rows.append([split, name, dataset.num_examples, common.num_missing, detail])
-        path = anomalies_file(artifacts.get("anomalies", ""), split)
-        if os.path.exists(path):
-            found = anomalies_pb2.Anomalies.FromString(Path(path).read_bytes())
-            anomalies += [
-                [split, name, info.short_description or info.description]
-                for name, info in found.anomaly_info.items()
-            ]
-    return rows, anomalies
 
 
 def training_section(summary: RunSummary) -> dict[str, Any] | None:
@@ -185,7 +86,7 @@ def training_section(summary: RunSummary) -> dict[str, Any] | None:
             training.resumed_from_epoch,
         ]
     )
-    return {"setup": setup, "curves": _png(figure), "epochs": rows}
+    return {"setup": setup, "curves": png_of(figure), "epochs": rows}
 
 
 def _eval_accuracy(epoch: dict[str, Any]) -> str:
@@ -228,7 +129,7 @@ def evaluation_section(summary: RunSummary) -> dict[str, Any] | None:
     section = {
         "accuracy": f"{100 * evaluation.eval_accuracy:.2f}%",
         "gate": None if gate is None else f"{100 * gate:.0f}%",
-        "figure": _png(figure),
+        "figure": png_of(figure),
         "classes": rows,
         "mistakes": None,
     }
@@ -258,7 +159,7 @@ def evaluation_section(summary: RunSummary) -> dict[str, Any] | None:
     ]
     return {
         **section,
-        "mistakes": _tiles(images[worst], captions),
+        "mistakes": tiles(images[worst], captions),
         "records_classified": len(serialized),
     }
 

@@ -10,6 +10,26 @@ def _pct(value: float | None) -> str:
     return "none" if value is None else f"{100 * value:.2f}%"
 
 
+def comparison_lines(comparison: dict | None) -> list[str]:
+    """Skew and drift in a line each: what was compared with what, and how it came out."""
+    if not comparison:
+        return []
+    lines = []
+    for kind in ("skew", "drift"):
+        found = comparison[kind]
+        label = f"{kind:<15}"
+        if found["skipped"]:
+            lines.append(f"{label}{found['skipped']}")
+            continue
+        over = [d for d in found["distances"] if d["over"]]
+        verdict = f"{len(over)} of {len(found['distances'])} features beyond their thresholds"
+        lines.append(f"{label}{found['new']} against {found['old']}: {verdict}")
+        if kind == "drift" and comparison["drift_accepted"]:
+            names = ", ".join(d["feature"] for d in over)
+            lines.append(f"  ACCEPTED with --accept-drift: {names}")
+    return lines
+
+
 def render(summary: RunSummary) -> str:
     counts = summary.record_counts
     lines = [
@@ -20,6 +40,7 @@ def render(summary: RunSummary) -> str:
     for stage, seconds in summary.stage_seconds.items():
         cached = " (cached)" if summary.stage_states.get(stage) == "cached" else ""
         lines.append(f"  {stage:<32} {seconds:7.1f}s{cached}")
+    lines += comparison_lines(summary.data_comparison)
     training = summary.training
     if training is not None:
         lines.append(

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from components.contract import (
+    COMPARISON_FILE,
     EVAL_SPLIT,
     EVALUATOR_NODE,
     EXAMPLE_GEN_NODE,
@@ -31,6 +32,7 @@ from components.contract import (
     TRAIN_SPLIT,
     TRAINER_NODE,
     TRAINING_SUMMARY_FILE,
+    VALIDATION_GATE_NODE,
 )
 from components.tfx_files import statistics_file
 from components.trainer.training_summary import TrainingSummary, strict_from_json
@@ -79,6 +81,9 @@ class RunSummary:
     failed: str | None = None  # "ErrorType: message" of a failed run
     source: str | None = None
     accuracy_gate: float | None = None
+    # DataValidationGate's comparison.json: skew and drift, every distance with its threshold,
+    # and whether drift was accepted (--accept-drift). None where the gate did not pass.
+    data_comparison: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Flat JSON, record counts and stage times first; the training and evaluation
@@ -310,6 +315,7 @@ def collect(metadata_path: str) -> RunSummary:
             "statistics": (STATISTICS_NODE, "statistics"),
             "anomalies": (EXAMPLE_VALIDATOR_NODE, "anomalies"),
             "model": (TRAINER_NODE, "model"),
+            "comparison": (VALIDATION_GATE_NODE, "comparison"),
         }.items()
         if output(node, key) is not None
     }
@@ -325,6 +331,9 @@ def collect(metadata_path: str) -> RunSummary:
         stage_seconds=recorded.stage_seconds,
         stage_states=recorded.stage_states,
         artifacts=artifact_uris,
+        data_comparison=_read_json(os.path.join(artifact_uris["comparison"], COMPARISON_FILE))
+        if "comparison" in artifact_uris
+        else None,
         training=training,
         history=history,
         model_run_dir=model_run_dir,

@@ -81,6 +81,9 @@ class PipelineConfig:
     # A new model may trail the last blessed one by at most this much accuracy:
     # retraining with another seed moves accuracy by a few tenths of a point.
     max_regression: float = 0.005
+    # Drift from the served model's training data beyond the schema's thresholds is recorded
+    # and the run trains anyway (--accept-drift); off, it stops the run before training.
+    accept_drift: bool = False
     training: TrainingConfig = field(default_factory=TrainingConfig)
     beam_args: tuple[str, ...] = ()
     enable_cache: bool = True

@@ -1,0 +1,122 @@
+"""Skew (eval split against train split) and drift (this run's training data against the data
+the served model was trained on) with TFDV's own comparators, whose thresholds live in the
+curated schema: Jensen-Shannon divergence for the image summaries, L-infinity for the label.
+
+Pure functions over TFDV protos; the executor reads the files and decides what stops the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+
+from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
+
+# Below this many records on either side a distance says more about the sample than about
+# the data (benchmarks/drift_thresholds.py: same-distribution samples of 1,000 stay below
+# every threshold, smaller ones need not), so the pair is reported as not compared.
+MIN_COMPARED_EXAMPLES = 1000
+
+_MEASURE_NAMES = {
+    anomalies_pb2.DriftSkewInfo.Measurement.L_INFTY: "L-infinity distance",
+    anomalies_pb2.DriftSkewInfo.Measurement.JENSEN_SHANNON_DIVERGENCE: "Jensen-Shannon divergence",
+    anomalies_pb2.DriftSkewInfo.Measurement.NORMALIZED_ABSOLUTE_DIFFERENCE: (
+        "normalized absolute difference"
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Distance:
+    """One feature's distance between two data sets, and the schema's threshold for it."""
+
+    feature: str
+    measure: str
+    value: float
+    threshold: float
+
+    @property
+    def over(self) -> bool:
+        return self.value > self.threshold
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """A comparison of `new` against `old` (the names say which data sets they are): the
+    distances, or why there are none (`skipped`)."""
+
+    kind: str  # "skew" or "drift"
+    new: str
+    old: str
+    distances: tuple[Distance, ...] = ()
+    skipped: str = ""
+
+    @property
+    def over(self) -> tuple[Distance, ...]:
+        return tuple(d for d in self.distances if d.over)
+
+    def problems(self) -> list[str]:
+        """One line per feature beyond its threshold, naming the two data sets."""
+        return [
+            f"{self.kind}: feature '{d.feature}': {d.measure} {d.value:.4f} > threshold "
+            f"{d.threshold:g} ({self.new} against {self.old})"
+            for d in self.over
+        ]
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "new": self.new,
+            "old": self.old,
+            "skipped": self.skipped,
+            "distances": [dataclasses.asdict(d) | {"over": d.over} for d in self.distances],
+        }
+
+
+def load_schema(text: str | None = None) -> schema_pb2.Schema:
+    """The curated schema (from the installed package unless `text` is given)."""
+    from google.protobuf import text_format
+
+    if text is None:
+        text = (importlib.resources.files("cifar10_data") / "schema" / "schema.pbtxt").read_text()
+    return text_format.Parse(text, schema_pb2.Schema())
+
+
+def _one_dataset(stats: statistics_pb2.DatasetFeatureStatisticsList):
+    return statistics_pb2.DatasetFeatureStatisticsList(datasets=stats.datasets[:1])
+
+
+def compare(
+    kind: str,
+    new: statistics_pb2.DatasetFeatureStatisticsList,
+    old: statistics_pb2.DatasetFeatureStatisticsList,
+    schema: schema_pb2.Schema,
+    names: tuple[str, str],
+    min_examples: int = MIN_COMPARED_EXAMPLES,
+) -> Comparison:
+    """TFDV's skew (`kind="skew"`: `old` is the training side) or drift distances of `new`
+    against `old`, every compared feature with its measure, value and threshold."""
+    import tensorflow_data_validation as tfdv
+
+    counts = [s.datasets[0].num_examples if s.datasets else 0 for s in (new, old)]
+    if min(counts) < min_examples:
+        return Comparison(
+            kind,
+            *names,
+            skipped=f"too few records to compare ({min(counts):,} < {min_examples:,})",
+        )
+    if kind == "skew":
+        anomalies = tfdv.validate_statistics(
+            _one_dataset(old), schema, serving_statistics=_one_dataset(new)
+        )
+    else:
+        anomalies = tfdv.validate_statistics(
+            _one_dataset(new), schema, previous_statistics=_one_dataset(old)
+        )
+    distances = []
+    for info in anomalies.drift_skew_info:
+        measurements = info.skew_measurements if kind == "skew" else info.drift_measurements
+        for m in measurements:
+            name = _MEASURE_NAMES.get(m.type, "distance")
+            distances.append(Distance("/".join(info.path.step), name, m.value, m.threshold))
+    return Comparison(kind, *names, distances=tuple(sorted(distances, key=lambda d: d.feature)))

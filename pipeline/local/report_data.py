@@ -1,0 +1,198 @@
+"""The report's data section: records per split, sample images, TFDV's statistics and
+anomalies, and the skew and drift comparisons (per-feature histograms of the train and eval
+splits and of the served model's training data, each distance beside its threshold)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from components.contract import (
+    EVAL_SPLIT,
+    IMAGE_SUMMARY_FEATURES,
+    LABEL_NAMES,
+    NUM_CLASSES,
+    SERVED_STATISTICS_FILE,
+    TRAIN_SPLIT,
+)
+from components.tfx_files import anomalies_file, statistics_file
+from pipeline.local.summary import RunSummary
+
+SAMPLES_PER_CLASS = 8
+
+
+def png_of(figure) -> str:
+    """A matplotlib figure as a PNG data URI (the figure is closed)."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    plt.close(figure)
+    return _png_data_uri(buffer.getvalue())
+
+
+def _png_data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode()
+
+
+def _tile(image: np.ndarray) -> str:
+    """One image as a PNG data URI, encoded by Pillow: a grid of these renders in
+    milliseconds, where a matplotlib axes per image took seconds per grid."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG")
+    return _png_data_uri(buffer.getvalue())
+
+
+def tiles(images: np.ndarray, captions: list[str]) -> list[tuple[str, str]]:
+    """(PNG data URI, caption) per image, for the template's grid."""
+    return [(_tile(image), caption) for image, caption in zip(images, captions)]
+
+
+def data_section(summary: RunSummary, train) -> dict[str, Any]:
+    import matplotlib.pyplot as plt
+
+    chart = ""
+    if summary.evaluation and summary.evaluation.per_class_eval_records:
+        per_class = summary.evaluation.per_class_eval_records
+        figure, axis = plt.subplots(figsize=(8, 3))
+        axis.bar(np.arange(NUM_CLASSES), [per_class.get(i, 0) for i in range(NUM_CLASSES)])
+        axis.set_xticks(np.arange(NUM_CLASSES), LABEL_NAMES, rotation=30, fontsize=8)
+        axis.set_ylabel("eval records")
+        chart = png_of(figure)
+    images, labels, _ = train
+    samples, captions = [], []
+    for label in range(NUM_CLASSES):
+        chosen = np.flatnonzero(labels == label)[:SAMPLES_PER_CLASS]
+        samples.extend(images[chosen])
+        captions.extend([LABEL_NAMES[label]] * len(chosen))
+    statistics, anomalies = _statistics_rows(summary)
+    return {
+        "comparison": comparison_section(summary),
+        "counts": ", ".join(f"{split} {count}" for split, count in summary.record_counts.items()),
+        "source": str(summary.source),
+        "chart": chart,
+        "tiles": tiles(np.array(samples), captions) if samples else [],
+        "columns": SAMPLES_PER_CLASS,
+        "statistics": statistics,
+        "anomalies": anomalies,
+    }
+
+
+def _statistics_rows(summary: RunSummary) -> tuple[list[list[Any]], list[list[Any]]]:
+    """One row per split and feature from StatisticsGen, one per anomaly found."""
+    from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
+
+    artifacts = summary.artifacts
+    rows, anomalies = [], []
+    for split in (TRAIN_SPLIT, EVAL_SPLIT):
+        path = statistics_file(artifacts.get("statistics", ""), split)
+        if os.path.exists(path):
+            stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(Path(path).read_bytes())
+            for dataset in stats.datasets:
+                for feature in dataset.features:
+                    name = ".".join(feature.path.step)
+                    common = (
+                        feature.num_stats.common_stats
+                        if feature.HasField("num_stats")
+                        else feature.string_stats.common_stats
+                        if feature.HasField("string_stats")
+                        else feature.bytes_stats.common_stats
+                    )
+                    detail = ""
+                    if feature.HasField("bytes_stats"):
+                        detail = (
+                            f"{feature.bytes_stats.min_num_bytes:g}-"
+                            f"{feature.bytes_stats.max_num_bytes:g} bytes"
+                        )
+                    elif feature.HasField("string_stats"):
+                        detail = f"{feature.string_stats.unique} distinct values"
+                    rows.append([split, name, dataset.num_examples, common.num_missing, detail])
+        path = anomalies_file(artifacts.get("anomalies", ""), split)
+        if os.path.exists(path):
+            found = anomalies_pb2.Anomalies.FromString(Path(path).read_bytes())
+            anomalies += [
+                [split, name, info.short_description or info.description]
+                for name, info in found.anomaly_info.items()
+            ]
+    return rows, anomalies
+
+
+def _read_statistics(path: str):
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    if not path or not os.path.exists(path):
+        return None
+    return statistics_pb2.DatasetFeatureStatisticsList.FromString(Path(path).read_bytes())
+
+
+def _histogram(stats, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(bucket edges, share of records per bucket) of a numeric feature's standard histogram."""
+    for feature in stats.datasets[0].features if stats and stats.datasets else []:
+        if ".".join(feature.path.step) == name and feature.num_stats.histograms:
+            buckets = feature.num_stats.histograms[0].buckets
+            counts = np.array([b.sample_count for b in buckets])
+            edges = np.array([buckets[0].low_value] + [b.high_value for b in buckets])
+            return edges, counts / max(counts.sum(), 1e-9)
+    return None
+
+
+def _histograms_figure(named_stats: dict[str, Any]) -> str:
+    """One panel per image summary: the share of records per bucket, one line per data set."""
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(2, 4, figsize=(12, 5))
+    for axis, name in zip(axes.flat, IMAGE_SUMMARY_FEATURES):
+        for label, stats in named_stats.items():
+            histogram = _histogram(stats, name)
+            if histogram is not None:
+                edges, shares = histogram
+                axis.stairs(shares, edges, label=label)
+        axis.set_title(name.removeprefix("image_").replace("_", " "), fontsize=9)
+        axis.tick_params(labelsize=7)
+    axes.flat[0].legend(fontsize=7)
+    figure.tight_layout()
+    return png_of(figure)
+
+
+def comparison_section(summary: RunSummary) -> dict[str, Any] | None:
+    """Skew and drift: what was compared with what, each distance beside its threshold, the
+    verdict, and the per-feature histograms of the data sets compared. None where the gate
+    wrote no comparison (it failed, or the run predates it)."""
+    comparison = summary.data_comparison
+    if not comparison:
+        return None
+    statistics = summary.artifacts.get("statistics", "")
+    named = {
+        "train": _read_statistics(statistics_file(statistics, TRAIN_SPLIT)),
+        "eval": _read_statistics(statistics_file(statistics, EVAL_SPLIT)),
+    }
+    served = _read_statistics(
+        os.path.join(summary.artifacts.get("comparison", ""), SERVED_STATISTICS_FILE)
+    )
+    if served is not None:
+        named["served model's training data"] = served
+    rows, notes = [], []
+    for kind in ("skew", "drift"):
+        found = comparison[kind]
+        if found["skipped"]:
+            notes.append(f"{kind}: {found['skipped']}")
+            continue
+        notes.append(f"{kind}: {found['new']} against {found['old']}")
+        for d in found["distances"]:
+            verdict = "beyond" if d["over"] else "within"
+            rows.append(
+                [kind, d["feature"], d["measure"], f"{d['value']:.4f}", d["threshold"], verdict]
+            )
+    return {
+        "notes": notes,
+        "rows": rows,
+        "accepted": comparison["drift_accepted"],
+        "figure": _histograms_figure(named) if named["train"] is not None else "",
+    }

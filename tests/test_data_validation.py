@@ -1,0 +1,240 @@
+"""Images, not bytes: the per-image summaries, and DataValidationGate's skew and drift checks
+called through `Executor().Do()` on statistics TFDV computes from generated images."""
+
+import io
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+import tensorflow_data_validation as tfdv
+from PIL import Image
+from tfx.types import artifact_utils, standard_artifacts
+
+from components.cifar10_example_gen.summaries import summarize
+from components.contract import (
+    COMPARISON_FILE,
+    IMAGE_KEY,
+    IMAGE_SUMMARY_FEATURES,
+    LABEL_KEY,
+    SAVED_MODEL_FILE,
+    SERVED_STATISTICS_FILE,
+)
+from components.validation_gate.checks import DataValidationError
+from components.validation_gate.comparison import MIN_COMPARED_EXAMPLES, load_schema
+from components.validation_gate.executor import Executor
+from components.validation_gate.spec import (
+    ACCEPT_DRIFT_KEY,
+    SERVING_MODEL_DIR_KEY,
+)
+
+import cifar_fixtures as fx
+
+# Records per data set: above MIN_COMPARED_EXAMPLES, and enough that two samples of the
+# generated images (narrow, two-peaked summaries, unlike photographs) stay within every
+# threshold: at 1,500 their sharpness was 0.072 apart, at 3,000 0.044 (threshold 0.06).
+SIZE = 3000
+
+
+# --- the summaries ---
+
+
+def test_summaries_of_known_images():
+    gray = np.full((1, 32, 32, 3), 51, np.uint8)
+    black_and_white = np.zeros((1, 32, 32, 3), np.uint8)
+    black_and_white[:, :, 16:] = 255
+    values = summarize(np.concatenate([gray, black_and_white]))
+    assert tuple(values) == IMAGE_SUMMARY_FEATURES
+    assert values["image_brightness"][0] == pytest.approx(51 / 255, abs=1 / 255)
+    assert values["image_contrast"][0] == 0 and values["image_sharpness"][0] == 0
+    assert values["image_blockiness"][0] == 1  # a flat image has no block edges
+    assert values["image_clipped_fraction"].tolist() == [0, 1]  # only 0 and 255
+    assert values["image_red_mean"][1] == pytest.approx(0.5)
+    assert values["image_brightness"][1] == pytest.approx(0.5, abs=1 / 255)
+
+
+def _blur(images):
+    padded = np.pad(images.astype(np.float32), ((0, 0), (1, 1), (1, 1), (0, 0)), mode="edge")
+    return np.round(sum(padded[:, i : i + 32, j : j + 32] for i in range(3) for j in range(3)) / 9)
+
+
+def _jpeg(images, quality):
+    out = np.empty_like(images)
+    for i, image in enumerate(images):
+        buffer = io.BytesIO()
+        Image.fromarray(image).save(buffer, format="JPEG", quality=quality)
+        out[i] = np.asarray(Image.open(buffer).convert("RGB"))
+    return out
+
+
+def test_summaries_move_with_what_happened_to_the_images():
+    images = fx.make_images(fx.balanced_labels(20, seed=3), seed=3)
+    before = {name: value.mean() for name, value in summarize(images).items()}
+    darker = summarize((images * 0.6).astype(np.uint8))
+    assert darker["image_brightness"].mean() < 0.65 * before["image_brightness"]
+    assert summarize(_blur(images).astype(np.uint8))["image_sharpness"].mean() < (
+        0.5 * before["image_sharpness"]
+    )
+    blocky = summarize(_jpeg(images, 10))["image_blockiness"].mean()
+    assert blocky > 1.1 * summarize(_jpeg(images, 95))["image_blockiness"].mean()
+    mirrored = summarize(images[:, :, ::-1])  # the same pixels: a mirror changes no summary
+    assert mirrored["image_brightness"].mean() == pytest.approx(before["image_brightness"])
+
+
+# --- the gate ---
+
+
+def _statistics(images, labels):
+    frame = pd.DataFrame(summarize(images))
+    frame[LABEL_KEY] = labels.astype(np.int64)
+    frame[IMAGE_KEY] = [image.tobytes() for image in images]
+    return tfdv.generate_statistics_from_dataframe(frame, tfdv.StatsOptions(schema=load_schema()))
+
+
+def _sample(seed: int, per_class: int = SIZE // 10):
+    labels = fx.balanced_labels(per_class, seed=seed)
+    return fx.make_images(labels, seed=seed), labels
+
+
+def _write(path, message):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as out:
+        out.write(message.SerializeToString())
+
+
+def _served(tmp_path, statistics, version="1700000000"):
+    """A serving folder whose newest version keeps `statistics` (None: keeps none)."""
+    folder = tmp_path / "serving" / version
+    folder.mkdir(parents=True)
+    (folder / SAVED_MODEL_FILE).write_bytes(b"")
+    if statistics is not None:
+        _write(str(folder / SERVED_STATISTICS_FILE), statistics)
+    return tmp_path / "serving"
+
+
+def _gate(tmp_path, train, evals, serving_dir="", accept_drift=False):
+    """Runs the gate's executor on statistics of (images, labels) per split; returns the
+    comparison it wrote."""
+    from tensorflow_metadata.proto.v0 import anomalies_pb2
+
+    statistics = standard_artifacts.ExampleStatistics()
+    statistics.uri = str(tmp_path / "statistics")
+    statistics.split_names = artifact_utils.encode_split_names(["train", "eval"])
+    anomalies = standard_artifacts.ExampleAnomalies()
+    anomalies.uri = str(tmp_path / "anomalies")
+    anomalies.split_names = statistics.split_names
+    for split, data in (("train", train), ("eval", evals)):
+        _write(f"{statistics.uri}/Split-{split}/FeatureStats.pb", _statistics(*data))
+        _write(f"{anomalies.uri}/Split-{split}/SchemaDiff.pb", anomalies_pb2.Anomalies())
+    schema = standard_artifacts.Schema()
+    schema.uri = str(tmp_path / "schema")
+    os.makedirs(schema.uri)
+    with open(f"{schema.uri}/schema.pbtxt", "w") as out:
+        from google.protobuf import text_format
+
+        out.write(text_format.MessageToString(load_schema()))
+    comparison = standard_artifacts.ExampleAnomalies()
+    comparison.uri = str(tmp_path / "comparison")
+    os.makedirs(comparison.uri)
+    Executor().Do(
+        {"statistics": [statistics], "anomalies": [anomalies], "schema": [schema]},
+        {"comparison": [comparison]},
+        {SERVING_MODEL_DIR_KEY: str(serving_dir), ACCEPT_DRIFT_KEY: int(accept_drift)},
+    )
+    return json.loads((tmp_path / "comparison" / COMPARISON_FILE).read_text())
+
+
+@pytest.fixture(scope="module")
+def served_statistics():
+    return _statistics(*_sample(seed=1))
+
+
+def test_data_like_the_served_models_passes_and_says_what_it_compared(tmp_path, served_statistics):
+    serving = _served(tmp_path, served_statistics)
+    verdict = _gate(tmp_path, _sample(seed=2), _sample(seed=3), serving)
+    drift = verdict["drift"]
+    assert drift["old"] == "the training data of served version 1700000000"
+    compared = {d["feature"] for d in drift["distances"]}
+    assert compared == {*IMAGE_SUMMARY_FEATURES, LABEL_KEY}
+    assert not any(d["over"] for d in drift["distances"] + verdict["skew"]["distances"])
+    assert verdict["drift_accepted"] is False
+
+
+def _darker(data, factor=0.6):
+    images, labels = data
+    return (images * factor).astype(np.uint8), labels
+
+
+def _without_class(data, share_kept=0.0, label=3):
+    images, labels = data
+    keep = (labels != label) | (np.random.default_rng(0).random(len(labels)) < share_kept)
+    return images[keep], labels[keep]
+
+
+ALTERED = {
+    "pixels x0.6": (_darker, "image_brightness"),
+    "pixels x1.3": (lambda d: (np.clip(d[0] * 1.3, 0, 255).astype(np.uint8), d[1]),
+                    "image_brightness"),
+    "blurred": (lambda d: (_blur(d[0]).astype(np.uint8), d[1]), "image_sharpness"),
+    "JPEG quality 20": (lambda d: (_jpeg(d[0], 20), d[1]), "image_blockiness"),
+    "one class removed": (_without_class, LABEL_KEY),
+    "80% of one class dropped": (lambda d: _without_class(d, 0.2), LABEL_KEY),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("alteration", ALTERED, ids=list(ALTERED))
+def test_each_altered_copy_is_stopped_naming_the_feature(tmp_path, served_statistics, alteration):
+    alter, feature = ALTERED[alteration]
+    serving = _served(tmp_path, served_statistics)
+    new = alter(_sample(seed=2))
+    with pytest.raises(DataValidationError) as stopped:
+        _gate(tmp_path, new, new, serving)
+    lines = str(stopped.value).splitlines()
+    [line] = [x for x in lines if x.startswith(f"  - drift: feature '{feature}': ")]
+    assert "> threshold" in line
+    assert line.endswith(
+        "(this run's train split against the training data of served version 1700000000)"
+    )
+    assert lines[-1] == "(the data drifted: --accept-drift trains on it anyway)"
+
+
+def test_accept_drift_passes_and_records_it(tmp_path, served_statistics):
+    serving = _served(tmp_path, served_statistics)
+    darker = _darker(_sample(seed=2))
+    verdict = _gate(tmp_path, darker, darker, serving, accept_drift=True)
+    assert verdict["accept_drift"] is True and verdict["drift_accepted"] is True
+    over = {d["feature"] for d in verdict["drift"]["distances"] if d["over"]}
+    assert "image_brightness" in over
+    # the served statistics it compared with are kept for the report
+    assert (tmp_path / "comparison" / SERVED_STATISTICS_FILE).stat().st_size > 0
+
+
+def test_an_eval_split_unlike_the_train_split_is_skew_and_not_overridable(tmp_path):
+    train = _sample(seed=2)
+    with pytest.raises(DataValidationError, match="skew: feature 'image_brightness'"):
+        _gate(tmp_path, train, _darker(_sample(seed=3)), accept_drift=True)
+
+
+def test_no_served_model_has_nothing_to_drift_from(tmp_path):
+    verdict = _gate(tmp_path, _sample(seed=2), _sample(seed=3), tmp_path / "serving")
+    assert verdict["drift"]["skipped"] == "no served model: nothing to drift from"
+    assert verdict["drift"]["distances"] == []
+
+
+def test_a_served_version_without_statistics_is_named(tmp_path):
+    serving = _served(tmp_path, None, version="1700000001")
+    verdict = _gate(tmp_path, _sample(seed=2), _sample(seed=3), serving)
+    assert verdict["drift"]["skipped"] == (
+        "served version 1700000001 keeps no training statistics: nothing to drift from"
+    )
+
+
+def test_small_data_is_not_compared(tmp_path, served_statistics):
+    """The tests' tiny archives: a few hundred records say more about the sample than the
+    data, so they are reported as not compared rather than as drift."""
+    serving = _served(tmp_path, served_statistics)
+    small = _darker(_sample(seed=2, per_class=MIN_COMPARED_EXAMPLES // 10 - 1))
+    verdict = _gate(tmp_path, small, small, serving)
+    for kind in ("skew", "drift"):
+        assert verdict[kind]["skipped"].startswith("too few records to compare (990 < 1,000)")
