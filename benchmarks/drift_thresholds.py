@@ -1,7 +1,7 @@
 """What "the same distribution" looks like to TFDV's comparators on CIFAR-10, against altered
 copies: the measurement the schema's skew and drift thresholds are set from.
 
-    python -m benchmarks.drift_thresholds --data ../shared/datasets/cifar10/cifar-10-binary-train.tar.gz
+    python -m benchmarks.drift_thresholds --data cifar-10-binary-train.tar.gz [--draws 20]
 
 For each size (1,000, 5,000 and 25,000 images): disjoint random samples of the training set
 compared with each other (`--draws` times), and altered copies of a sample (pixels x0.6 and
@@ -160,7 +160,8 @@ def table(result: dict) -> str:
             cells = [f"**{worst[n]:.3f}**" if n in over else f"{worst[n]:.3f}" for n in names]
             verdict = "yes" if over else "no"
             times = f" ({len(draws)} draws)" if len(draws) > 1 else ""
-            lines.append(f"| {label}{times} | {int(size):,} | " + " | ".join(cells) + f" | {verdict} |")
+            row = f"| {label}{times} | {int(size):,} | " + " | ".join(cells)
+            lines.append(f"{row} | {verdict} |")
     return "\n".join(lines)
 
 
