@@ -91,6 +91,12 @@ SAVED_MODEL_FILE = "saved_model.pb"
 # comparisons it made (JSON) and a copy of the served statistics it compared with.
 SERVED_STATISTICS_FILE = "training_statistics.pb"
 COMPARISON_FILE = "comparison.json"
+# The spans (number -> content fingerprint) a run ingested: written by the ExampleGen into its
+# Examples artifact, kept by the Pusher beside saved_model.pb; span 0 is a plain source.
+SERVED_SPANS_FILE = "training_spans.json"
+# Beside ServedModelBaseline's copy of the served version (`<uri>/Format-Serving`): the
+# served version folder it was copied from (what a warm-started run names).
+SERVED_FROM_FILE = "served_from.txt"
 
 
 def newest_served_version(names: Iterable[str], holds_model: Callable[[str], bool]) -> str | None:

@@ -34,9 +34,22 @@ def runner_config(image: str):
     )
 
 
+# The ExampleGen lists the span folders when it runs, so a cached execution would serve an
+# old span as the newest: that one task is compiled with caching off.
+UNCACHED_TASKS = ("Cifar10ExampleGen",)
+
+
+def parameter_defaults(config: PipelineConfig) -> dict[str, int]:
+    """The runtime parameters each run may set (the span choice) and their defaults."""
+    if not config.span_parameters:
+        return {}
+    return {"span": config.span, "span_window": config.span_window, "force": int(config.force)}
+
+
 def build_pipeline_spec(config: PipelineConfig, image: str) -> dict[str, Any]:
-    """The KFP v2 PipelineSpec of `create_pipeline(config)`, with the pipeline root as
-    its default root (the YAML form has no runtimeConfig to carry it)."""
+    """The KFP v2 PipelineSpec of `create_pipeline(config)`, with the pipeline root as its
+    default root and each runtime parameter's default in the spec itself (the YAML form has
+    no runtimeConfig to carry either)."""
     from tfx import v1 as tfx
 
     from pipeline.topology import create_pipeline
@@ -44,6 +57,11 @@ def build_pipeline_spec(config: PipelineConfig, image: str) -> dict[str, Any]:
     runner = tfx.orchestration.experimental.KubeflowV2DagRunner(config=runner_config(image))
     spec = runner.run(create_pipeline(config), write_out=False)["pipelineSpec"]
     spec["defaultPipelineRoot"] = config.pipeline_root
+    parameters = spec["root"].get("inputDefinitions", {}).get("parameters", {})
+    for name, value in parameter_defaults(config).items():
+        parameters[name]["defaultValue"] = value
+    for name in UNCACHED_TASKS:
+        spec["root"]["dag"]["tasks"][name]["cachingOptions"] = {"enableCache": False}
     return spec
 
 

@@ -126,11 +126,13 @@ def _kubeflow_trainer_resources(kubeflow: KubeflowConfig):
     return resources
 
 
-def _trainer(config: PipelineConfig, examples, schema):
-    """TFX's Trainer, or Vertex's (a CustomJob on a Cloud TPU) when compiling for Vertex."""
+def _trainer(config: PipelineConfig, examples, schema, served_model):
+    """TFX's Trainer, or Vertex's (a CustomJob on a Cloud TPU) when compiling for Vertex.
+    Its base model is the served one: `run_fn` warm-starts from it when configured to."""
     trainer_args = dict(
         examples=examples,
         schema=schema,
+        base_model=served_model,
         run_fn=RUN_FN,
         train_args=trainer_pb2.TrainArgs(splits=[TRAIN_SPLIT]),
         eval_args=trainer_pb2.EvalArgs(splits=[EVAL_SPLIT]),
@@ -164,7 +166,7 @@ def _trainer(config: PipelineConfig, examples, schema):
     return trainer
 
 
-def _pusher(config: PipelineConfig, model, blessing, serving_model_dir: str, statistics):
+def _pusher(config: PipelineConfig, model, blessing, serving_model_dir: str, statistics, examples):
     """Vertex's Pusher when deploying to an endpoint; else AtomicPusher into the serving
     directory, each version with its training data's statistics beside it."""
     if config.vertex is not None and config.vertex.endpoint:
@@ -192,14 +194,31 @@ def _pusher(config: PipelineConfig, model, blessing, serving_model_dir: str, sta
         model_blessing=blessing,
         base_directory=serving_model_dir,
         statistics=statistics,
+        examples=examples,
     )
 
 
+def _span_settings(config: PipelineConfig) -> dict:
+    """The ExampleGen's span choice: values, or runtime parameters with them as defaults."""
+    values = {"span": config.span, "span_window": config.span_window, "force": int(config.force)}
+    if not config.span_parameters:
+        return values
+    from tfx.orchestration import data_types
+
+    return {
+        name: data_types.RuntimeParameter(name=name, ptype=int, default=value)
+        for name, value in values.items()
+    }
+
+
 def create_pipeline(config: PipelineConfig) -> tfx_pipeline.Pipeline:
+    serving_model_dir = f"{config.serving_dir.rstrip('/')}/{config.model_name}"
     example_gen = Cifar10ExampleGen(
         source_uri=config.source_uri,
         source_fingerprint=config.source_fingerprint,
         eval_fraction=config.eval_fraction,
+        serving_model_dir=serving_model_dir,
+        **_span_settings(config),
     )
     schema_gen = ImportSchemaGen(schema_file=config.schema_path)
     statistics_gen = StatisticsGen(
@@ -208,10 +227,13 @@ def create_pipeline(config: PipelineConfig) -> tfx_pipeline.Pipeline:
     example_validator = ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"]
     )
-    # The served model is read from the serving directory (its training statistics by the
-    # gate, the model itself by ServedModelBaseline): ordinary steps, where a Resolver would
-    # compile to executors that only some orchestrators implement.
-    serving_model_dir = f"{config.serving_dir.rstrip('/')}/{config.model_name}"
+    # The served model is read from the serving directory (its spans by the ExampleGen, its
+    # training statistics by the gate, the model itself by ServedModelBaseline, for warm start
+    # and as the Evaluator's baseline): ordinary steps, where a Resolver would compile to
+    # executors that only some orchestrators implement.
+    served_model = ServedModelBaseline(
+        examples=example_gen.outputs["examples"], serving_model_dir=serving_model_dir
+    )
     validation_gate = DataValidationGate(
         statistics=statistics_gen.outputs["statistics"],
         anomalies=example_validator.outputs["anomalies"],
@@ -219,12 +241,13 @@ def create_pipeline(config: PipelineConfig) -> tfx_pipeline.Pipeline:
         serving_model_dir=serving_model_dir,
         accept_drift=config.accept_drift,
     )
-    trainer = _trainer(config, example_gen.outputs["examples"], schema_gen.outputs["schema"])
-    trainer.add_upstream_node(validation_gate)
-
-    served_model = ServedModelBaseline(
-        model=trainer.outputs["model"], serving_model_dir=serving_model_dir
+    trainer = _trainer(
+        config,
+        example_gen.outputs["examples"],
+        schema_gen.outputs["schema"],
+        served_model.outputs["baseline_model"],
     )
+    trainer.add_upstream_node(validation_gate)
     evaluator = ServedBaselineEvaluator(
         examples=example_gen.outputs["examples"],
         model=trainer.outputs["model"],
@@ -238,6 +261,7 @@ def create_pipeline(config: PipelineConfig) -> tfx_pipeline.Pipeline:
         evaluator.outputs["blessing"],
         serving_model_dir,
         statistics_gen.outputs["statistics"],
+        example_gen.outputs["examples"],
     )
 
     metadata = (
@@ -254,8 +278,8 @@ def create_pipeline(config: PipelineConfig) -> tfx_pipeline.Pipeline:
             statistics_gen,
             example_validator,
             validation_gate,
-            trainer,
             served_model,
+            trainer,
             evaluator,
             pusher,
         ],

@@ -44,6 +44,7 @@ FAST = [
 TASKS = {*PIPELINE_NODES, "ServedModelBaseline"}
 BEFORE_TRAINING = {
     "Cifar10ExampleGen",
+    "ServedModelBaseline",
     "ImportSchemaGen",
     "StatisticsGen",
     "ExampleValidator",

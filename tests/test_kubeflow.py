@@ -74,9 +74,19 @@ def test_the_file_is_pipeline_spec_2_1_which_the_kfp_backend_driver_runs(compile
     `inputs.parameterValues`, which TFX's entrypoint reads when given the inputs spec."""
     _, spec = compiled
     assert spec["schemaVersion"] == "2.1.0"
+    runtime = {"span": -1, "span_window": 1, "force": 0}  # the span choice, set per run
     for name, task in spec["root"]["dag"]["tasks"].items():
         for key, parameter in task.get("inputs", {}).get("parameters", {}).items():
+            if name == "Cifar10ExampleGen" and key in runtime:
+                assert parameter == {"componentInputParameter": key}
+                continue
             assert set(parameter["runtimeValue"]) == {"constant"}, (name, key)
+    defaults = spec["root"]["inputDefinitions"]["parameters"]
+    assert {key: value["defaultValue"] for key, value in defaults.items()} == runtime
+    # the ExampleGen lists the span folders when it runs: never served from the cache
+    assert spec["root"]["dag"]["tasks"]["Cifar10ExampleGen"]["cachingOptions"] == {
+        "enableCache": False
+    }
     for name, executor in spec["deploymentSpec"]["executors"].items():
         assert "--json_serialized_inputs_spec_args" in executor["container"]["args"], name
 

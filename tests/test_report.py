@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from components.contract import NUM_CLASSES
-from pipeline.local.report import SAMPLES_PER_CLASS
+from pipeline.local.report_data import SAMPLES_PER_CLASS
 
 pytestmark = pytest.mark.integration  # full pipeline runs in subprocesses
 

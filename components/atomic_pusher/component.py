@@ -15,6 +15,8 @@ class AtomicPusherSpec(ComponentSpec):
         "model_blessing": ChannelParameter(type=standard_artifacts.ModelBlessing),
         # The training data's statistics, kept in each version for the next run's drift check.
         "statistics": ChannelParameter(type=standard_artifacts.ExampleStatistics, optional=True),
+        # The spans it was trained on (with fingerprints), kept for the nothing-stale rule.
+        "examples": ChannelParameter(type=standard_artifacts.Examples, optional=True),
     }
     OUTPUTS = {"pushed_model": ChannelParameter(type=standard_artifacts.PushedModel)}
 
@@ -32,12 +34,14 @@ class AtomicPusher(base_component.BaseComponent):
         model_blessing: types.BaseChannel,
         base_directory: str,
         statistics: types.BaseChannel | None = None,
+        examples: types.BaseChannel | None = None,
     ):
         super().__init__(
             spec=AtomicPusherSpec(
                 model=model,
                 model_blessing=model_blessing,
                 statistics=statistics,
+                examples=examples,
                 base_directory=base_directory,
                 pushed_model=types.Channel(type=standard_artifacts.PushedModel),
             )

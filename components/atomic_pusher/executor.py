@@ -21,7 +21,12 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils
 
-from components.contract import SAVED_MODEL_FILE, SERVED_STATISTICS_FILE, TRAIN_SPLIT
+from components.contract import (
+    SAVED_MODEL_FILE,
+    SERVED_SPANS_FILE,
+    SERVED_STATISTICS_FILE,
+    TRAIN_SPLIT,
+)
 from components.tfx_files import statistics_file
 
 BASE_DIRECTORY_KEY = "base_directory"
@@ -69,11 +74,14 @@ def _version_holding(base_directory: str, model_path: str) -> str | None:
     return None
 
 
-def copy_to_staging(model_path: str, staging: str, statistics_path: str | None = None) -> None:
+def copy_to_staging(model_path: str, staging: str, *kept: tuple[str, str]) -> None:
+    """The model, the file naming it, and `kept` (source path, name in the version): the
+    training data's statistics and spans, moved into place with the model, so a version
+    never lacks them."""
     io_utils.copy_dir(model_path, staging)
     io_utils.write_string_file(os.path.join(staging, SOURCE_FILE), model_path)
-    if statistics_path:  # moved into place with the model, so a version never lacks it
-        fileio.copy(statistics_path, os.path.join(staging, SERVED_STATISTICS_FILE))
+    for path, name in kept:
+        fileio.copy(path, os.path.join(staging, name))
 
 
 def _files_under(directory: str) -> list[str]:
@@ -97,7 +105,7 @@ def move_into_place(staging: str, final: str) -> None:
 
 
 def publish_version(
-    model_path: str, base_directory: str, statistics_path: str | None = None
+    model_path: str, base_directory: str, *kept: tuple[str, str]
 ) -> tuple[str, str, bool]:
     """Copies a SavedModel to `<base>/<version>/`, loadable only once complete.
 
@@ -110,10 +118,21 @@ def publish_version(
         return os.path.join(base_directory, existing), existing, False
     version = _next_version(base_directory)
     staging = os.path.join(base_directory, f"{STAGING_PREFIX}{version}")
-    copy_to_staging(model_path, staging, statistics_path)
+    copy_to_staging(model_path, staging, *kept)
     final = os.path.join(base_directory, version)
     move_into_place(staging, final)
     return final, version, True
+
+
+def _kept(input_dict) -> list[tuple[str, str]]:
+    """What a version keeps beside the model, from the optional inputs that are there."""
+    kept = []
+    statistics, examples = input_dict.get("statistics"), input_dict.get("examples")
+    if statistics:
+        kept.append((statistics_file(statistics[0], TRAIN_SPLIT), SERVED_STATISTICS_FILE))
+    if examples and fileio.exists(os.path.join(examples[0].uri, SERVED_SPANS_FILE)):
+        kept.append((os.path.join(examples[0].uri, SERVED_SPANS_FILE), SERVED_SPANS_FILE))
+    return kept
 
 
 class Executor(pusher_executor.Executor):
@@ -125,11 +144,8 @@ class Executor(pusher_executor.Executor):
         if not self.CheckBlessing(input_dict):
             self._MarkNotPushed(model_push)
             return
-        statistics = input_dict.get("statistics")
         serving_path, version, is_new = publish_version(
-            self.GetModelPath(input_dict),
-            exec_properties[BASE_DIRECTORY_KEY],
-            statistics_file(statistics[0], TRAIN_SPLIT) if statistics else None,
+            self.GetModelPath(input_dict), exec_properties[BASE_DIRECTORY_KEY], *_kept(input_dict)
         )
         logging.info(
             "Model version %s %s at %s",

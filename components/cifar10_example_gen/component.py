@@ -21,7 +21,16 @@ class Cifar10ExampleGen(base_beam_component.BaseBeamComponent):
     SPEC_CLASS = Cifar10ExampleGenSpec
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(Executor)
 
-    def __init__(self, source_uri: str, source_fingerprint: str, eval_fraction: float = 0.1):
+    def __init__(
+        self,
+        source_uri: str,
+        source_fingerprint: str,
+        eval_fraction: float = 0.1,
+        span=-1,
+        span_window=1,
+        serving_model_dir: str = "",
+        force=0,
+    ):
         if not 0.0 < eval_fraction < 1.0:
             raise ValueError(f"eval_fraction must be in (0, 1), got {eval_fraction}")
         input_config = example_gen_pb2.Input(
@@ -31,6 +40,10 @@ class Cifar10ExampleGen(base_beam_component.BaseBeamComponent):
             source_uri=source_uri,
             source_fingerprint=source_fingerprint,
             eval_fraction=eval_fraction,
+            span=span,
+            span_window=span_window,
+            serving_model_dir=serving_model_dir,
+            force=force,
             input_config=input_config,
             output_config=example_gen_pb2.Output(),
             output_data_format=example_gen_pb2.FORMAT_TF_EXAMPLE,

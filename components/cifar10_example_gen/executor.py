@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
 import tensorflow as tf
+from absl import logging
 from tfx import types
 from tfx.components.example_gen import write_split
 from tfx.components.util import examples_utils
@@ -15,11 +17,26 @@ from tfx.dsl.components.base.base_beam_executor import BaseBeamExecutor
 from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 from tfx.types.standard_component_specs import EXAMPLES_KEY
+from tfx.utils import io_utils
 
-from components.cifar10_example_gen import sources
-from components.cifar10_example_gen.spec import EVAL_FRACTION_KEY, SOURCE_URI_KEY, SPLITS
+from components.cifar10_example_gen import sources, spans
+from components.cifar10_example_gen.spec import (
+    EVAL_FRACTION_KEY,
+    FORCE_KEY,
+    SERVING_MODEL_DIR_KEY,
+    SOURCE_URI_KEY,
+    SPAN_KEY,
+    SPAN_WINDOW_KEY,
+    SPLITS,
+)
 from components.cifar10_example_gen.stored_gzip import WriteStoredGzipTFRecords
-from components.contract import IMAGE_KEY, IMAGE_SUMMARY_FEATURES, LABEL_KEY, RECORD_ID_KEY
+from components.contract import (
+    IMAGE_KEY,
+    IMAGE_SUMMARY_FEATURES,
+    LABEL_KEY,
+    RECORD_ID_KEY,
+    SERVED_SPANS_FILE,
+)
 
 # TFX's own ExampleGen file names: data_tfrecord-00000-of-00001.gz
 FILE_PREFIX = "data_tfrecord"
@@ -38,29 +55,61 @@ def to_example(record: sources.Record) -> tf.train.Example:
 
 
 def _tagged_examples(
-    group: Sequence[sources.Shard], has_test_split: bool, eval_fraction: float
+    unit: tuple[int, Sequence[sources.Shard], bool], eval_fraction: float
 ) -> Iterator[beam.pvalue.TaggedOutput]:
+    span, group, has_test_split = unit
     for split, record in sources.split_group(group, has_test_split, eval_fraction):
+        if span:  # record ids stay unique across the spans of a window
+            record = dataclasses.replace(record, record_id=f"span-{span}/{record.record_id}")
         yield beam.pvalue.TaggedOutput(split, to_example(record))
 
 
 @beam.ptransform_fn
 @beam.typehints.with_input_types(beam.Pipeline)
 def ReadCifar10Splits(
-    pipeline: beam.Pipeline, source: str, eval_fraction: float
+    pipeline: beam.Pipeline, source: str | dict[int, str], eval_fraction: float
 ) -> dict[str, beam.PCollection]:
-    """{'train': examples, 'eval': examples} from one read of the source: one Beam element
-    per `sources.read_groups` unit. Every record is checked first, so bad input raises
-    `SourceError` while the pipeline is built, before Beam runs or writes anything."""
-    shards, _ = sources.inspect_source(source)
-    has_test = any(s.split == sources.TEST for s in shards)
+    """{'train': examples, 'eval': examples} from one read of each source ({span: source},
+    or one plain source as span 0): one Beam element per `sources.read_groups` unit. Every
+    record is checked first, so bad input raises `SourceError` while the pipeline is built,
+    before Beam runs or writes anything. Each span has its own eval split: its test batch,
+    or its own class-balanced carve."""
+    by_span = {0: source} if isinstance(source, str) else source
+    units = []
+    for span, path in sorted(by_span.items()):
+        shards, _ = sources.inspect_source(path)
+        has_test = any(s.split == sources.TEST for s in shards)
+        units += [(span, group, has_test) for group in sources.read_groups(shards)]
     tagged = (
         pipeline
-        | "Groups" >> beam.Create(sources.read_groups(shards))
+        | "Groups" >> beam.Create(units)
         | "Distribute" >> beam.Reshuffle()
-        | "Read" >> beam.FlatMap(_tagged_examples, has_test, eval_fraction).with_outputs(*SPLITS)
+        | "Read" >> beam.FlatMap(_tagged_examples, eval_fraction).with_outputs(*SPLITS)
     )
     return {split: tagged[split] for split in SPLITS}
+
+
+def resolve_spans(exec_properties: dict[str, Any]) -> dict[int, tuple[str, str]]:
+    """{span: (source, content fingerprint)} this execution ingests: span 0 alone for a
+    plain source (no staleness rule); else the selected span folders, after the served
+    records are checked (raises spans.SpanError, spans.NoNewSpan)."""
+    root = exec_properties[SOURCE_URI_KEY]
+    folders = spans.span_folders(root)
+    if not folders:
+        return {0: (root, "")}
+    chosen = spans.select(
+        folders,
+        int(exec_properties.get(SPAN_KEY, spans.NEWEST)),
+        int(exec_properties.get(SPAN_WINDOW_KEY, 1)),
+    )
+    found = {n: spans.span_source(folders[n]) for n in chosen}
+    fingerprints = {n: spans.content_fingerprint(path) for n, path in found.items()}
+    spans.check_not_stale(
+        fingerprints,
+        spans.served_records(exec_properties.get(SERVING_MODEL_DIR_KEY, "")),
+        bool(int(exec_properties.get(FORCE_KEY, 0))),
+    )
+    return {n: (found[n], fingerprints[n]) for n in chosen}
 
 
 class Executor(BaseBeamExecutor):
@@ -77,9 +126,12 @@ class Executor(BaseBeamExecutor):
         self._log_startup(input_dict, output_dict, exec_properties)
         examples = artifact_utils.get_single_instance(output_dict[EXAMPLES_KEY])
         examples.split_names = artifact_utils.encode_split_names(list(SPLITS))
+        ingested = resolve_spans(exec_properties)
+        logging.info("Spans ingested: %s", sorted(ingested))
         with self._make_beam_pipeline() as pipeline:
             splits = pipeline | "ReadCifar10" >> ReadCifar10Splits(
-                exec_properties[SOURCE_URI_KEY], float(exec_properties[EVAL_FRACTION_KEY])
+                {n: source for n, (source, _) in ingested.items()},
+                float(exec_properties[EVAL_FRACTION_KEY]),
             )
             for split, split_examples in splits.items():
                 prefix = os.path.join(artifact_utils.get_split_uri([examples], split), FILE_PREFIX)
@@ -88,6 +140,14 @@ class Executor(BaseBeamExecutor):
                     | f"Serialize[{split}]" >> beam.Map(lambda e: e.SerializeToString())
                     | f"Write[{split}]" >> WriteStoredGzipTFRecords(prefix)
                 )
+        # TFX's span and version properties: the newest span ingested; data never changes
+        # under a published span number, so every span has one version.
+        examples.span, examples.version = max(ingested), 0
+        examples.set_string_custom_property("spans", ",".join(map(str, sorted(ingested))))
+        fingerprints = {n: fingerprint for n, (_, fingerprint) in ingested.items()}
+        io_utils.write_string_file(
+            os.path.join(examples.uri, SERVED_SPANS_FILE), spans.record_json(fingerprints)
+        )
         examples_utils.set_payload_format(examples, example_gen_pb2.FORMAT_TF_EXAMPLE)
         examples_utils.set_file_format(
             examples, write_split.to_file_format_str(example_gen_pb2.FORMAT_TFRECORDS_GZIP)

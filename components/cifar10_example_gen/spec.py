@@ -7,6 +7,14 @@ from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionP
 SOURCE_URI_KEY = "source_uri"
 SOURCE_FINGERPRINT_KEY = "source_fingerprint"
 EVAL_FRACTION_KEY = "eval_fraction"
+# With span folders under the source: which span (-1: the newest), how many of the newest up
+# to it (a rolling window), where the served versions are (nothing stale: served records),
+# and 1 to train even if the newest span was already served. Runtime parameters on Kubeflow
+# and Vertex; the CLI passes resolved values for local runs.
+SPAN_KEY = "span"
+SPAN_WINDOW_KEY = "span_window"
+SERVING_MODEL_DIR_KEY = "serving_model_dir"
+FORCE_KEY = "force"
 # The output splits, always both: the source's test batch or a carve of training data is `eval`.
 SPLITS = ("train", "eval")
 
@@ -22,6 +30,10 @@ class Cifar10ExampleGenSpec(ComponentSpec):
         SOURCE_URI_KEY: ExecutionParameter(type=str),
         SOURCE_FINGERPRINT_KEY: ExecutionParameter(type=str),
         EVAL_FRACTION_KEY: ExecutionParameter(type=float),
+        SPAN_KEY: ExecutionParameter(type=int),
+        SPAN_WINDOW_KEY: ExecutionParameter(type=int),
+        SERVING_MODEL_DIR_KEY: ExecutionParameter(type=str),
+        FORCE_KEY: ExecutionParameter(type=int),
         # Fixed train/eval splits, in the form the ExampleGen base executor expects.
         "input_config": ExecutionParameter(type=example_gen_pb2.Input),
         "output_config": ExecutionParameter(type=example_gen_pb2.Output),

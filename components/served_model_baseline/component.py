@@ -16,20 +16,21 @@ from components.served_model_baseline.spec import ServedModelBaselineSpec
 
 
 class ServedModelBaseline(base_component.BaseComponent):
-    """Outputs the newest served version `<serving_model_dir>/<N>/` as a Model.
+    """Outputs the newest served version `<serving_model_dir>/<N>/` as a Model: the
+    Trainer's `base_model` (warm start) and the Evaluator's baseline.
 
-    It takes the candidate model as input so that it runs once per candidate, just
-    before evaluation: a cached rerun of the same candidate reuses the baseline it
-    was first judged against, and a new candidate always sees the current one.
+    It takes the run's examples as input so that it runs once per data set, before
+    training: a cached rerun on the same data reuses the baseline it was first judged
+    against, and new data always sees the model served now.
     """
 
     SPEC_CLASS = ServedModelBaselineSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)
 
-    def __init__(self, model: types.BaseChannel, serving_model_dir: str):
+    def __init__(self, examples: types.BaseChannel, serving_model_dir: str):
         super().__init__(
             spec=ServedModelBaselineSpec(
-                model=model,
+                examples=examples,
                 serving_model_dir=serving_model_dir,
                 baseline_model=types.Channel(type=standard_artifacts.Model),
             )

@@ -56,6 +56,8 @@ class Executor(base_executor.BaseExecutor):
             return
         source = os.path.join(serving_model_dir, version)
         io_utils.copy_dir(source, path_utils.serving_model_dir(baseline.uri))
+        # Which served version this is, for a Trainer that warm-starts from the copy.
+        io_utils.write_string_file(os.path.join(baseline.uri, contract.SERVED_FROM_FILE), source)
         baseline.set_int_custom_property(SERVED_VERSION_KEY, int(version))
         baseline.set_string_custom_property(SERVED_FROM_KEY, source)
         logging.info("Baseline: served version %s from %s", version, source)

@@ -4,11 +4,11 @@ from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 
 SERVING_MODEL_DIR_KEY = "serving_model_dir"
-CANDIDATE_KEY = "model"
+EXAMPLES_KEY = "examples"
 BASELINE_KEY = "baseline_model"
 
 
 class ServedModelBaselineSpec(ComponentSpec):
     PARAMETERS = {SERVING_MODEL_DIR_KEY: ExecutionParameter(type=str)}
-    INPUTS = {CANDIDATE_KEY: ChannelParameter(type=standard_artifacts.Model)}
+    INPUTS = {EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples)}
     OUTPUTS = {BASELINE_KEY: ChannelParameter(type=standard_artifacts.Model)}

@@ -37,6 +37,9 @@ class TrainingConfig:
     learning_rate: float | None = None
     precision: str = "auto"  # auto: from the hardware (components/trainer/hardware.py)
     seed: int = 0
+    # Start from the served model's weights (the Trainer's base_model) with the fine-tuning
+    # schedule of components/trainer/warm_start.py; from scratch when there is none to fit.
+    warm_start: bool = False
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:

@@ -15,7 +15,7 @@ from absl import logging
 from tfx.components.trainer.fn_args_utils import FnArgs
 
 from components.contract import TRAINING_SUMMARY_FILE
-from components.trainer import data, export, flops, train
+from components.trainer import data, export, flops, model, train, warm_start
 from components.trainer.callbacks import checkpoint_dir
 from components.trainer.config import CHECKPOINT_ROOT_KEY, TrainingConfig
 from components.trainer.keras import keras, tf
@@ -29,6 +29,7 @@ def run_fn(fn_args: FnArgs) -> None:
     writes the training summary."""
     started = time.time()
     config = TrainingConfig.from_trainer_custom_config(fn_args.custom_config)
+    config, source, note = _warm_start(config, fn_args.base_model)
     run = train.plan(config)
     worker = run.worker
     with train.process_settings(run.precision.policy, config.seed):
@@ -48,6 +49,7 @@ def run_fn(fn_args: FnArgs) -> None:
             fn_args.model_run_dir,
             train_total=shard.total,
             whitening_sample=data.first_images(fn_args.train_files, 5000),
+            warm_start_from=source,
         )
         allreduce = train.allreduce_seconds(run, fitted.network)
         export_started = time.time()
@@ -77,10 +79,35 @@ def run_fn(fn_args: FnArgs) -> None:
         load_seconds=round(load_seconds, 1),
         export_seconds=round(export_seconds, 1),
         trainer_seconds=round(time.time() - started, 1),
+        warm_start_source=source.served_version_dir if source else None,
+        warm_start_note=note,
     )
     with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, TRAINING_SUMMARY_FILE), "w") as f:
         json.dump(summary.to_json(), f, indent=1)
     logging.info("Training summary: %s", summary)
+
+
+def _warm_start(config: TrainingConfig, base_model: str | None):
+    """(the config to train with, the served model to start from or None, why not): with
+    --warm-start and a served model whose network fits this recipe, its fine-tuning
+    schedule; otherwise the config as given, from scratch."""
+    if not config.warm_start:
+        return config, None, ""
+    source, note = warm_start.served_source(base_model)
+    if source is not None:
+        note = warm_start.fits(lambda: model.build(model.RECIPES[config.model]), source)
+        source = None if note else source
+    if source is None:
+        logging.warning("Warm start asked for, training from scratch: %s", note)
+        return config, None, note
+    tuned = warm_start.fine_tuning(config, model.RECIPES[config.model].epochs)
+    logging.info(
+        "Warm start from %s: %d epochs at learning rate %g",
+        source.served_version_dir,
+        tuned.epochs,
+        tuned.learning_rate,
+    )
+    return tuned, source, ""
 
 
 def weights_digest(network: keras.Model) -> str:

@@ -18,7 +18,7 @@ from absl import logging
 from tensorflow.python.eager import context
 
 from components.contract import HISTORY_FILE
-from components.trainer import data, hardware, model, tpu_runtime
+from components.trainer import data, hardware, model, tpu_runtime, warm_start
 from components.trainer import strategy as strategies
 from components.trainer.callbacks import (
     EpochCheckpoints,
@@ -242,11 +242,13 @@ def fit(
     model_run_dir: str,
     train_total: int | None = None,
     whitening_sample: np.ndarray | None = None,
+    warm_start_from: warm_start.Source | None = None,
 ) -> Fitted:
     """Builds the network under the strategy, resumes from the newest readable checkpoint in
     `checkpoint_dir`, and trains the remaining epochs. `split["train"]` is this worker's
     shard of `train_total` records (default: the whole split), `whitening_sample` images
-    the same on every worker (default: the shard's first 5,000)."""
+    the same on every worker (default: the shard's first 5,000). `warm_start_from`: the
+    served weights replace the initial ones (a checkpoint of this run still wins)."""
     (train_images, train_labels), (eval_images, eval_labels) = split["train"], split["eval"]
     steps_per_epoch = _steps_per_epoch(
         run, train_total or int(train_images.shape[0]), input_pipelines(run)
@@ -260,6 +262,8 @@ def fit(
 
     with run.strategy.scope():
         network = build()
+        if warm_start_from is not None:
+            warm_start.load(network, warm_start_from)
         model.compile_model(
             network,
             run.recipe,

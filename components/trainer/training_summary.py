@@ -68,6 +68,10 @@ class TrainingSummary:
     step_seconds: float | None = None  # one training step, steady state
     allreduce_seconds: float | None = None  # one gradient all-reduce across the replicas
     gradient_bytes: int | None = None  # bytes of one gradient of every trainable weight
+    # The served version folder a warm start began from (None: from scratch), and why a
+    # requested warm start did not happen ('' when it did, or none was asked for).
+    warm_start_source: str | None = None
+    warm_start_note: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -13,6 +13,10 @@ class DataValidationError(RuntimeError):
     """The data failed validation; the message lists every problem found."""
 
 
+class DataDriftError(DataValidationError):
+    """The data is valid and unskewed but drifted from the served model's training data."""
+
+
 def _feature(stats: statistics_pb2.DatasetFeatureStatistics, name: str):
     for feature in stats.features:
         if feature.path.step == [name] or feature.name == name:

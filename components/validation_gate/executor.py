@@ -23,6 +23,7 @@ from components.contract import (
 )
 from components.tfx_files import anomalies_file, statistics_file
 from components.validation_gate.checks import (
+    DataDriftError,
     DataValidationError,
     anomaly_problems,
     statistics_problems,
@@ -113,7 +114,8 @@ class Executor(base_executor.BaseExecutor):
             hint = "\n(the data drifted: --accept-drift trains on it anyway)" if drifted else ""
             if accept_drift:
                 hint = ""
-            raise DataValidationError(
+            only_drift = len(problems) == len(drifted) and not accept_drift
+            raise (DataDriftError if only_drift else DataValidationError)(
                 "data validation failed, training will not start:\n  - "
                 + "\n  - ".join(problems)
                 + hint

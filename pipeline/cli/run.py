@@ -13,10 +13,57 @@ from pipeline.common import exit_status
 from pipeline.settings.config import DEFAULT_OUTPUT_DIR
 
 
+def _prepared(args: argparse.Namespace, output_dir: Path):
+    """(the run's config, its spans) after the arguments, the data location and every
+    record are checked; raises ValueError (SourceError and SpanError are ValueErrors),
+    DataSourceError or NoNewSpan. Light modules only: TFX, Beam and TensorFlow take about
+    a minute to import here, and a mistyped --data must not wait for them."""
+    from pipeline.local import runner as local_runner
+    from pipeline.local import span_choice
+    from pipeline.settings import data_source
+
+    source = data_source.resolve(args.data)
+    training = training_config(args)
+    settings = dict(
+        eval_fraction=args.eval_fraction,
+        accuracy_gate=args.accuracy_gate,
+        max_regression=args.max_regression,
+        accept_drift=args.accept_drift,
+        force=args.force,
+        enable_cache=not args.no_cache,
+        beam_args=tuple(args.beam_arg),
+        local_workers=args.workers,
+    )
+    config = local_runner.local_config(output_dir, source, "", training, **settings)
+    serving = f"{config.serving_dir}/{config.model_name}"
+    choice = span_choice.choose(source, args.span, args.spans, args.force, serving)
+    config = local_runner.local_config(
+        output_dir, source, choice.cache_key, training, **settings, **choice.settings
+    )
+    return config, choice
+
+
+def _no_new_span(output_dir: Path, err: Exception, started: float) -> int:
+    """Nothing new to train: one line, a run summary that says so, exit status 0."""
+    from pipeline.local.summary import RunSummary
+
+    print(str(err))
+    RunSummary(
+        run_id="",
+        record_counts={},
+        stage_seconds={},
+        stage_states={},
+        artifacts={},
+        total_seconds=round(time.time() - started, 1),
+        outcome="no_new_span",
+        failed=None,
+    ).write(output_dir)
+    return exit_status.OK
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    # Only light modules until the data is checked: TFX, Beam and TensorFlow take about a
-    # minute to import here, and a mistyped --data must not wait for them.
-    from components.cifar10_example_gen.sources import SourceError, count_records, fingerprint
+    from components.cifar10_example_gen.sources import SourceError
+    from components.cifar10_example_gen.spans import NoNewSpan, SpanError
     from components.trainer.hardware import PrecisionError
     from components.validation_gate.checks import DataValidationError
     from pipeline.local import report_text
@@ -25,34 +72,25 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     known = (
         (SourceError, exit_status.BAD_INPUT),
+        (SpanError, exit_status.BAD_INPUT),
         (PrecisionError, exit_status.BAD_INPUT),
         (local_runner.OutputDirError, exit_status.BAD_INPUT),
         (DataValidationError, exit_status.DATA_INVALID),
     )
     output_dir = Path(args.output_dir).resolve()
-    try:  # arguments, data location and every record: SourceError is a ValueError too
-        source = data_source.resolve(args.data)
-        config = local_runner.local_config(
-            output_dir,
-            source,
-            fingerprint(source),
-            training_config(args),
-            eval_fraction=args.eval_fraction,
-            accuracy_gate=args.accuracy_gate,
-            max_regression=args.max_regression,
-            accept_drift=args.accept_drift,
-            enable_cache=not args.no_cache,
-            beam_args=tuple(args.beam_arg),
-            local_workers=args.workers,
-        )
-        checking = time.time()
-        counts = count_records(source)
+    checking = time.time()
+    try:
+        config, choice = _prepared(args, output_dir)
+    except NoNewSpan as err:
+        return _no_new_span(output_dir, err, checking)
     except (ValueError, data_source.DataSourceError) as err:
         print(f"error: {err}", file=sys.stderr)
         return exit_status.BAD_INPUT
+    named = "" if choice.numbers == [0] else f", spans {choice.numbers}"
     print(
-        f"Data: {source} ({counts['train']} training and {counts['test']} test records, "
-        f"checked in {time.time() - checking:.1f}s)\nOutput: {output_dir}",
+        f"Data: {config.source_uri}{named} ({choice.counts['train']} training and "
+        f"{choice.counts['test']} test records, checked in {time.time() - checking:.1f}s)"
+        f"\nOutput: {output_dir}",
         file=sys.stderr,
     )
     try:
@@ -131,6 +169,23 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default=[],
         metavar="ARG",
         help="extra Beam pipeline option, e.g. --beam-arg=--direct_num_workers=2",
+    )
+    spans = run.add_argument_group(
+        "spans (--data holding span-1/, span-2/, ...: TFX's {SPAN})",
+    )
+    spans.add_argument(
+        "--span", type=int, metavar="N", help="train on span N (default: the newest span)"
+    )
+    spans.add_argument(
+        "--spans",
+        type=int,
+        metavar="K",
+        help="train on a rolling window: the newest K spans up to --span (default: 1)",
+    )
+    spans.add_argument(
+        "--force",
+        action="store_true",
+        help="train even though the served model was already trained on the newest span",
     )
     add_training_args(run)
     add_gate_args(run)

@@ -77,6 +77,12 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
         default=_default(TrainingConfig, "seed"),
         help="seeds weights, shuffling and augmentation (default: %(default)s)",
     )
+    group.add_argument(
+        "--warm-start",
+        action="store_true",
+        help="start from the served model's weights with a shorter fine-tuning schedule; "
+        "from scratch (and saying why) when nothing is served or its network differs",
+    )
 
 
 def training_config(args: argparse.Namespace) -> TrainingConfig:
@@ -93,6 +99,7 @@ def training_config(args: argparse.Namespace) -> TrainingConfig:
         learning_rate=args.learning_rate,
         precision=args.precision,
         seed=args.seed,
+        warm_start=args.warm_start,
     )
 
 

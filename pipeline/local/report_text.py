@@ -40,6 +40,8 @@ def render(summary: RunSummary) -> str:
     for stage, seconds in summary.stage_seconds.items():
         cached = " (cached)" if summary.stage_states.get(stage) == "cached" else ""
         lines.append(f"  {stage:<32} {seconds:7.1f}s{cached}")
+    if summary.spans and summary.spans != [0]:
+        lines.append(f"spans          {', '.join(f'span-{n}' for n in summary.spans)}")
     lines += comparison_lines(summary.data_comparison)
     training = summary.training
     if training is not None:
@@ -51,6 +53,10 @@ def render(summary: RunSummary) -> str:
             f"fit {training.fit_seconds}s, {training.training_flops:.2e} FLOPs"
         )
         lines.append(f"precision      {training.precision} ({training.precision_reason})")
+        if training.warm_start_source:
+            lines.append(f"warm start     from {training.warm_start_source}")
+        elif training.warm_start_note:
+            lines.append(f"warm start     none, from scratch: {training.warm_start_note}")
         if training.allreduce_seconds is not None:
             lines.append(
                 f"scaling        {training.step_seconds}s a step, all-reduce "
@@ -82,5 +88,6 @@ def render(summary: RunSummary) -> str:
             lines.append(f"pushed         {summary.push.pushed_version_dir}{note}")
         else:
             lines.append("pushed         nothing (the previously served version stays)")
+    lines.append(f"outcome        {summary.outcome}")
     lines.append(f"total          {summary.total_seconds}s")
     return "\n".join(lines)

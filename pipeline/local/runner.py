@@ -143,6 +143,24 @@ def _logs_to_file(path: Path) -> Iterator[None]:
             progress_logger.setLevel(saved_progress_level)
 
 
+def outcome(facts: RunSummary, failure: BaseException | None) -> str:
+    """How a run ended, for schedulers and people: the run summary's `outcome`."""
+    from components.validation_gate.checks import DataDriftError, DataValidationError
+
+    causes = [failure]
+    while causes[-1] is not None and len(causes) < 20:
+        causes.append(causes[-1].__cause__ or causes[-1].__context__)
+    if any(isinstance(c, DataDriftError) for c in causes):
+        return "drift"
+    if any(isinstance(c, DataValidationError) for c in causes):
+        return "data_invalid"
+    if failure is not None:
+        return "error"
+    if facts.blessed is False:
+        return "not_blessed"
+    return "pushed" if facts.push and facts.push.pushed else "error"
+
+
 def run(config: PipelineConfig, output_dir: Path) -> RunSummary:
     """Runs the pipeline and returns (and writes) the run summary."""
     started = time.time()
@@ -175,6 +193,7 @@ def run(config: PipelineConfig, output_dir: Path) -> RunSummary:
             source=config.source_uri,
             accuracy_gate=config.accuracy_gate,
         )
+        facts = dataclasses.replace(facts, outcome=outcome(facts, failure))
         facts.write(output_dir)
     if failure is not None:
         raise failure

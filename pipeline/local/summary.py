@@ -28,6 +28,7 @@ from components.contract import (
     LABEL_KEY,
     NUM_CLASSES,
     PUSHER_NODE,
+    SERVED_SPANS_FILE,
     STATISTICS_NODE,
     TRAIN_SPLIT,
     TRAINER_NODE,
@@ -84,6 +85,12 @@ class RunSummary:
     # DataValidationGate's comparison.json: skew and drift, every distance with its threshold,
     # and whether drift was accepted (--accept-drift). None where the gate did not pass.
     data_comparison: dict[str, Any] | None = None
+    # The span numbers ingested (0: a plain source), the served version folder the Trainer
+    # warm-started from (None: from scratch), and how the run ended: pushed, not_blessed,
+    # data_invalid, drift, no_new_span, or error.
+    spans: list[int] = field(default_factory=list)
+    warm_start_from: str | None = None
+    outcome: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Flat JSON, record counts and stage times first; the training and evaluation
@@ -334,6 +341,12 @@ def collect(metadata_path: str) -> RunSummary:
         data_comparison=_read_json(os.path.join(artifact_uris["comparison"], COMPARISON_FILE))
         if "comparison" in artifact_uris
         else None,
+        spans=(_read_json(os.path.join(artifact_uris["examples"], SERVED_SPANS_FILE)) or {}).get(
+            "spans", []
+        )
+        if "examples" in artifact_uris
+        else [],
+        warm_start_from=training.warm_start_source if training else None,
         training=training,
         history=history,
         model_run_dir=model_run_dir,

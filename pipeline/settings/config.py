@@ -84,6 +84,15 @@ class PipelineConfig:
     # Drift from the served model's training data beyond the schema's thresholds is recorded
     # and the run trains anyway (--accept-drift); off, it stops the run before training.
     accept_drift: bool = False
+    # With span folders under source_uri: the span to train on (-1: the newest), a rolling
+    # window of the newest `span_window` up to it, and `force` to train although the served
+    # model already saw that span. `span_parameters`: compiled as runtime parameters (span,
+    # span_window, force) that each Kubeflow or Vertex run may set, these values their
+    # defaults; a local run passes them resolved.
+    span: int = -1
+    span_window: int = 1
+    force: bool = False
+    span_parameters: bool = False
     training: TrainingConfig = field(default_factory=TrainingConfig)
     beam_args: tuple[str, ...] = ()
     enable_cache: bool = True
@@ -123,6 +132,7 @@ def cloud_pipeline_config(
     served versions under the object-store root, the schema at its path inside the image.
     Without a fingerprint, caching keys on the URI: new data needs a new path."""
     root = pipeline_root.rstrip("/")
+    fields.setdefault("span_parameters", True)  # each run may choose its spans
     return PipelineConfig(
         pipeline_name=pipeline_name,
         pipeline_root=root,

@@ -27,5 +27,9 @@ def compile_pipeline(config: PipelineConfig, output: Path) -> Path:
         output_dir=str(output.parent),
         output_filename=output.name,
     )
-    runner.run(create_pipeline(config), write_out=True)
+    runner.run(
+        create_pipeline(config),
+        parameter_values=kfp_ir.parameter_defaults(config),
+        write_out=True,
+    )
     return output
