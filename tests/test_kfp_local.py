@@ -131,11 +131,12 @@ def test_plan_maps_every_cloud_uri_and_the_image_paths(kubeflow_file):
 def test_plan_of_a_vertex_file_leaves_out_training_and_what_follows(vertex_file):
     planned = plan(vertex_file, "vertex")
     assert set(planned.steps) == BEFORE_TRAINING
-    assert list(planned.not_run) == ["Trainer", "AtomicPusher", "Evaluator", "ServedModelBaseline"]
+    # ServedModelBaseline runs before training (it feeds the Trainer's base_model)
+    assert list(planned.not_run) == ["Trainer", "AtomicPusher", "Evaluator"]
     assert planned.not_run["Trainer"] == (
         "calls Vertex AI (tfx.extensions.google_cloud_ai_platform.trainer.executor)"
     )
-    for name in ("ServedModelBaseline", "Evaluator", "AtomicPusher"):
+    for name in ("Evaluator", "AtomicPusher"):
         assert planned.not_run[name] == "needs a step that cannot run here"
     assert set(planned.spec["root"]["dag"]["tasks"]) == BEFORE_TRAINING
 
