@@ -64,7 +64,8 @@ def compile_file(path: Path, target: str, data: str = DATA, *extra: str) -> Path
 
 @pytest.fixture(scope="module")
 def kubeflow_file(tmp_path_factory):
-    return compile_file(tmp_path_factory.mktemp("kfp") / "cifar10.yaml", "kubeflow")
+    path = tmp_path_factory.mktemp("kfp") / "cifar10.yaml"
+    return compile_file(path, "kubeflow", DATA, "--warm-start")
 
 
 @pytest.fixture(scope="module")
@@ -346,15 +347,19 @@ def _local_kfp(path: Path, data: Path, out: Path, *extra: str) -> subprocess.Com
 
 @pytest.fixture(scope="module")
 def kubeflow_push(kubeflow_file, tiny_archive, tmp_path_factory):
-    """The compiled Kubeflow file run once under kfp.local on the tiny archive."""
+    """The compiled Kubeflow file run once under kfp.local on a span folder holding span-1
+    (the tiny archive); returns the run, the pipeline root and the data folder."""
+    data = tmp_path_factory.mktemp("kfp-spans") / "data"
+    (data / "span-1").mkdir(parents=True)
+    shutil.copy(tiny_archive, data / "span-1" / "cifar.tar.gz")
     out = tmp_path_factory.mktemp("kfp-push") / "out"
-    return _local_kfp(kubeflow_file, tiny_archive, out), out
+    return _local_kfp(kubeflow_file, data, out), out, data
 
 
 @pytest.mark.integration
 @pytest.mark.xdist_group("kfp_local")
 def test_the_kubeflow_file_runs_end_to_end_and_pushes(kubeflow_push):
-    done, out = kubeflow_push
+    done, out, _ = kubeflow_push
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stderr.count(": SUCCESS in ") == len(TASKS)
     for name in TASKS:
@@ -372,7 +377,7 @@ def test_the_next_run_reads_the_pushed_statistics_back(
 ):
     """The pushed version keeps its training statistics in the pipeline root; the same
     compiled file's next run there, on darker data, stops at the gate on drift from them."""
-    _, pushed = kubeflow_push
+    _, pushed, _ = kubeflow_push
     out = tmp_path / "out"
     shutil.copytree(pushed, out)  # this test's own copy of the pipeline root
     [version] = (out / "serving" / "cifar10").iterdir()
@@ -415,3 +420,29 @@ def test_the_vertex_file_runs_up_to_training(vertex_file, tiny_archive, tmp_path
         assert f"  {name:<22} SUCCESS" in done.stdout, done.stdout
     assert "  Trainer                not run: calls Vertex AI" in done.stdout
     assert "  AtomicPusher           not run: needs a step that cannot run here" in done.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.xdist_group("kfp_local")
+def test_the_same_file_runs_nightly_over_a_span_folder(kubeflow_file, kubeflow_push, tmp_path):
+    """Run 1 (span-1) pushed; span-2 arrives and run 2 warm-starts from the served model and
+    pushes a second version; run 3 finds no new span and trains and pushes nothing."""
+    from test_continuous_training import span_two
+
+    _, pushed, data = kubeflow_push
+    out, spans = tmp_path / "out", tmp_path / "data"
+    shutil.copytree(pushed, out)
+    shutil.copytree(data, spans)
+    [first] = (out / "serving" / "cifar10").iterdir()
+    span_two(spans / "span-2" / "cifar.tar.gz")
+    second = _local_kfp(kubeflow_file, spans, out)
+    assert second.returncode == 0, second.stderr[-4000:]
+    served = sorted(p.name for p in (out / "serving" / "cifar10").iterdir())
+    assert len(served) == 2 and served[0] == first.name
+    [log] = sorted((out / "logs").glob("*/Trainer.log"))[-1:]
+    assert f"Warm start from {first}" in log.read_text()
+    third = _local_kfp(kubeflow_file, spans, out)
+    assert third.returncode == 0, third.stderr[-4000:]
+    assert f"outcome        no_new_span: no new span: served version {served[1]}" in third.stdout
+    assert "  Trainer                not run: an earlier step failed" in third.stdout
+    assert sorted(p.name for p in (out / "serving" / "cifar10").iterdir()) == served
