@@ -374,6 +374,22 @@ def test_submit_creates_the_run_through_the_kfp_client(compiled, fake_kfp, capsy
     assert run["pipeline_spec"]["deploymentSpec"] == spec["deploymentSpec"]
 
 
+def test_submit_sets_the_span_choice_of_this_run(compiled, fake_kfp, capsys):
+    """The compiled span parameters are set per run (a scheduler's nightly run takes the
+    defaults: the newest span); an unknown one is refused before any request."""
+    path, _ = compiled
+    args = ["submit", str(path), "--target", "kubeflow", "--host", fake_kfp]
+    assert cli.main([*args, "--parameter", "span=2", "--parameter", "force=1"]) == 0
+    [(_, _, _, run)] = [r for r in _FakeKfp.requests if r[:2] == ("POST", "/apis/v2beta1/runs")]
+    assert run["runtime_config"]["parameters"] == {"span": 2, "force": 1}
+    _FakeKfp.requests.clear()
+    assert cli.main([*args, "--parameter", "spans=2"]) == 2
+    assert "--parameter 'spans=2': not KEY=VALUE of a parameter (force, span, span_window)" in (
+        capsys.readouterr().err
+    )
+    assert _FakeKfp.requests == []
+
+
 def test_submit_without_namespace_asks_the_cluster_whether_it_is_multi_user(
     compiled, fake_kfp, capsys
 ):

@@ -430,6 +430,8 @@ def test_submit_sends_a_pipeline_job_through_aiplatform_and_waits(
                 "--label",
                 "run=nightly",
                 "--cache",
+                "--parameter",
+                "span=3",
                 "--wait",
                 "--poll-seconds",
                 "0",
@@ -446,6 +448,7 @@ def test_submit_sends_a_pipeline_job_through_aiplatform_and_waits(
     assert body["runtimeConfig"]["gcsOutputDirectory"] == ROOT
     assert body["serviceAccount"] == SERVICE_ACCOUNT and body["network"] == NETWORK
     assert body["labels"] == {"team": "vision", "cost-center": "42", "run": "nightly"}
+    assert body["runtimeConfig"]["parameterValues"] == {"span": 3, "span_window": 1, "force": 0}
     # --cache overrides the compiled --no-cache on every task.
     for name in ("Cifar10ExampleGen", "StatisticsGen", "Trainer", "Evaluator"):
         assert (

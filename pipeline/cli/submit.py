@@ -17,7 +17,12 @@ def _submit_kubeflow(args: argparse.Namespace) -> int:
 
     try:
         submission = kubeflow_submit.load_submission(
-            Path(args.pipeline_file), args.host, args.namespace, args.experiment, args.run_name
+            Path(args.pipeline_file),
+            args.host,
+            args.namespace,
+            args.experiment,
+            args.run_name,
+            args.parameter,
         )
         if args.dry_run:
             print(submission.describe())
@@ -47,6 +52,7 @@ def _submit_vertex(args: argparse.Namespace) -> int:
             args.network,
             vertex_options.parse_labels(args.label),
             args.enable_caching,
+            args.parameter,
         )
         if args.dry_run:
             print(submission.describe())
@@ -96,6 +102,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     kubeflow.add_argument("--experiment", default="", help="default: the pipeline name")
     kubeflow.add_argument("--run-name", default="", help="default: <pipeline>-<timestamp>")
+    parser.add_argument(
+        "--parameter",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a runtime parameter of this run, repeatable: span=N (-1: the newest), "
+        "span_window=K, force=1 (default: as compiled)",
+    )
     parser.add_argument(
         "--dry-run",
         action="store_true",

@@ -36,3 +36,25 @@ def has_dag(spec: Any) -> bool:
         and bool(spec.get("root", {}).get("dag", {}).get("tasks"))
         and "deploymentSpec" in spec
     )
+
+
+_PARAMETER_TYPES = {"NUMBER_INTEGER": int, "NUMBER_DOUBLE": float, "STRING": str}
+
+
+def run_parameters(spec: dict[str, Any], given: list[str]) -> dict[str, Any]:
+    """`--parameter KEY=VALUE` values checked against the compiled file's runtime parameters
+    (the span choice: span, span_window, force) and converted to their types. Raises
+    SubmitError naming the parameter."""
+    declared = spec.get("root", {}).get("inputDefinitions", {}).get("parameters", {})
+    values = {}
+    for item in given:
+        key, sep, text = item.partition("=")
+        if not sep or key not in declared:
+            known = ", ".join(sorted(declared)) or "none"
+            raise SubmitError(f"--parameter '{item}': not KEY=VALUE of a parameter ({known})")
+        kind = _PARAMETER_TYPES.get(declared[key].get("parameterType", "STRING"), str)
+        try:
+            values[key] = kind(text)
+        except ValueError as err:
+            raise SubmitError(f"--parameter {key}: '{text}' is not a {kind.__name__}") from err
+    return values

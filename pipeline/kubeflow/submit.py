@@ -4,6 +4,7 @@ run created through the kfp SDK's Client."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import sys
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from pipeline.common.submission import (
     dated_name,
     has_dag,
     pipeline_name,
+    run_parameters,
 )
 from pipeline.kfp_ir import YAML_SUFFIXES, resolver_executors
 
@@ -52,6 +54,10 @@ def load_pipeline_spec(path: Path) -> dict[str, Any]:
     return spec
 
 
+def _listed(parameters: dict[str, Any]) -> str:
+    return ", ".join(f"{key}={value}" for key, value in parameters.items())
+
+
 @dataclass(frozen=True)
 class Submission:
     pipeline_file: Path
@@ -61,6 +67,7 @@ class Submission:
     run_name: str
     pipeline_root: str
     spec: dict[str, Any]
+    parameters: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def describe(self) -> str:
         tasks = sorted(self.spec["root"]["dag"]["tasks"])
@@ -74,12 +81,18 @@ class Submission:
                 f"  root       {self.pipeline_root}",
                 f"  images     {', '.join(images)}",
                 f"  tasks      {', '.join(tasks)}",
+                f"  parameters {_listed(self.parameters) or '(defaults)'}",
             ]
         )
 
 
 def load_submission(
-    path: Path, host: str, namespace: str = "", experiment: str = "", run_name: str = ""
+    path: Path,
+    host: str,
+    namespace: str = "",
+    experiment: str = "",
+    run_name: str = "",
+    parameters: list[str] | None = None,
 ) -> Submission:
     """Validates a compiled file and the target (no network)."""
     if not re.match(r"^https?://[^/\s]+", host or ""):
@@ -96,6 +109,7 @@ def load_submission(
         run_name=run_name or dated_name(name),
         pipeline_root=spec.get("defaultPipelineRoot", ""),
         spec=spec,
+        parameters=run_parameters(spec, parameters or []),
     )
 
 
@@ -119,7 +133,7 @@ def submit(submission: Submission) -> str:
             )
             result = client.create_run_from_pipeline_package(
                 str(submission.pipeline_file),
-                arguments={},
+                arguments=dict(submission.parameters),
                 run_name=submission.run_name,
                 experiment_name=submission.experiment,
                 namespace=submission.namespace or None,

@@ -15,6 +15,7 @@ from pipeline.common.submission import (
     dated_name,
     has_dag,
     pipeline_name,
+    run_parameters,
 )
 
 # The Vertex Trainer's custom_config keys (tfx.extensions.google_cloud_ai_platform; importing
@@ -57,6 +58,7 @@ class Submission:
     network: str = ""
     labels: tuple[tuple[str, str], ...] = ()
     enable_caching: bool | None = None  # None: each task as compiled
+    parameters: tuple[tuple[str, Any], ...] = ()  # runtime parameters set for this run
 
     def describe(self) -> str:
         caching = {None: "as compiled", True: "on", False: "off"}[self.enable_caching]
@@ -71,6 +73,7 @@ class Submission:
                 f"  network    {self.network or '(none)'}",
                 f"  labels     {', '.join(f'{k}={v}' for k, v in self.labels) or '(none)'}",
                 f"  caching    {caching}",
+                f"  parameters {', '.join(f'{k}={v}' for k, v in self.parameters) or '(defaults)'}",
             ]
         )
 
@@ -101,6 +104,7 @@ def load_submission(
     network: str = "",
     labels: tuple[tuple[str, str], ...] = (),
     enable_caching: bool | None = None,
+    parameters: list[str] | None = None,
 ) -> Submission:
     """Validates a compiled file (YAML, or the older JSON) against the submit-time
     settings (no network).
@@ -151,4 +155,5 @@ def load_submission(
         network=network or job_spec.get("network", ""),
         labels=tuple(sorted({**training_args.get("labels", {}), **dict(labels)}.items())),
         enable_caching=enable_caching,
+        parameters=tuple(sorted(run_parameters(spec, parameters or []).items())),
     )

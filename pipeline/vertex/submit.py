@@ -64,6 +64,7 @@ def submit(submission: Submission, api_endpoint: str = "", credentials=None):
             pipeline_root=submission.pipeline_root,
             enable_caching=submission.enable_caching,
             labels=dict(submission.labels),
+            parameter_values=dict(submission.parameters),
             project=submission.project,
             location=submission.region,
             credentials=credentials,
