@@ -116,16 +116,14 @@ def image_folder(root: Path, per_class: int = 3, splits=("train", "test"), size:
 
 def serialized_examples(images: np.ndarray, labels: np.ndarray | None = None) -> list[bytes]:
     """tf.Examples exactly as Cifar10ExampleGen writes them (its own `to_example`)."""
-    from components.cifar10_example_gen.executor import to_example
+    from components.cifar10_example_gen.executor import serialize
     from components.cifar10_example_gen.sources import Record
     from components.cifar10_example_gen.summaries import summarize
 
     labels = np.zeros(len(images), np.int64) if labels is None else labels
     summaries = np.stack(list(summarize(images).values()), axis=1).tolist()
     return [
-        to_example(
-            Record(f"fixture:{i}", int(label), image.tobytes(), tuple(summary))
-        ).SerializeToString()
+        serialize(Record(f"fixture:{i}", int(label), image.tobytes(), tuple(summary)))
         for i, (image, label, summary) in enumerate(zip(images, labels, summaries))
     ]
 

@@ -3,6 +3,7 @@
 import os
 
 import apache_beam as beam
+import numpy as np
 import pytest
 import tensorflow as tf
 from apache_beam.testing.util import assert_that, equal_to
@@ -28,8 +29,8 @@ def _exec_properties(source, fraction=0.1):
     }
 
 
-def _label_and_image(example: tf.train.Example) -> tuple[int, bytes]:
-    feature = example.features.feature
+def _label_and_image(serialized: bytes) -> tuple[int, bytes]:
+    feature = tf.train.Example.FromString(serialized).features.feature
     return feature["label"].int64_list.value[0], feature["image_raw"].bytes_list.value[0]
 
 
@@ -112,3 +113,19 @@ def test_executor_refuses_bad_source_before_writing_anything(tmp_path):
     with pytest.raises(sources.SourceError, match=r"data_batch_1\.bin: record 0 has label 10"):
         Executor().Do({}, {"examples": [examples]}, _exec_properties(archive))
     assert not (tmp_path / "out").exists()
+
+
+def test_the_fast_serialization_is_the_examples_own():
+    """`serialize` splices the summaries into precomputed wire bytes: it must parse to
+    exactly the Example `to_example` builds, every feature and value."""
+    from components.cifar10_example_gen.executor import serialize, to_example
+    from components.cifar10_example_gen.shards import Record
+    from components.cifar10_example_gen.summaries import summarize
+
+    images = fx.make_images(fx.balanced_labels(1, seed=4), seed=4)
+    summaries = np.stack(list(summarize(images).values()), axis=1).tolist()
+    for index, (image, summary) in enumerate(zip(images, summaries)):
+        record = Record(f"b:{index}", index, image.tobytes(), tuple(summary))
+        assert tf.train.Example.FromString(serialize(record)) == to_example(record)
+    plain = Record("b:0", 3, images[0].tobytes())
+    assert serialize(plain) == to_example(plain).SerializeToString()

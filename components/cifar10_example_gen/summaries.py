@@ -19,19 +19,25 @@ _BLOCK_EDGES = np.array([7, 15, 23])
 _INNER = np.setdiff1d(np.arange(31), _BLOCK_EDGES)
 
 
-def _luma(images: np.ndarray) -> np.ndarray:
-    """float32 [N, 32, 32] luma in 0..255, from uint8 [N, 32, 32, 3]."""
-    weighted = images[..., 0].astype(np.uint16) * np.uint16(_LUMA[0])
-    for channel in (1, 2):
-        weighted += images[..., channel].astype(np.uint16) * np.uint16(_LUMA[channel])
-    return (weighted >> 8).astype(np.float32)
+def _channel_sums_and_luma(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(uint32 [N, 3] per-channel sums, int16 [N, 32, 32] luma in 0..255) of uint8
+    [N, 32, 32, 3] images, from one strided copy of each channel (the costly part)."""
+    count = len(images)
+    sums = np.empty((count, 3), np.uint32)
+    weighted = np.zeros(images.shape[:3], np.uint16)
+    for index, weight in enumerate(_LUMA):
+        channel = images[..., index].astype(np.uint16)
+        sums[:, index] = channel.reshape(count, -1).sum(axis=1, dtype=np.uint32)
+        channel *= np.uint16(weight)
+        weighted += channel
+    return sums, (weighted >> 8).astype(np.int16)
 
 
 def _blockiness(gray: np.ndarray) -> np.ndarray:
     """Mean step across 8x8 block edges over the mean step inside blocks (+1 each, so a
     flat image is 1): near 1 for an unblocked image, higher after harsh JPEG compression."""
-    across = np.abs(np.diff(gray, axis=2)).mean(axis=1)  # [N, 31]: per column pair
-    down = np.abs(np.diff(gray, axis=1)).mean(axis=2)  # [N, 31]: per row pair
+    across = np.abs(np.diff(gray, axis=2)).mean(axis=1, dtype=np.float32)  # [N, 31] per column pair
+    down = np.abs(np.diff(gray, axis=1)).mean(axis=2, dtype=np.float32)  # [N, 31] per row pair
     edge = across[:, _BLOCK_EDGES].mean(axis=1) + down[:, _BLOCK_EDGES].mean(axis=1)
     inner = across[:, _INNER].mean(axis=1) + down[:, _INNER].mean(axis=1)
     return (edge + 1.0) / (inner + 1.0)
@@ -42,10 +48,10 @@ def summarize(images: np.ndarray) -> dict[str, np.ndarray]:
     except blockiness, a ratio near 1."""
     count = len(images)
     pixels = images.reshape(count, -1, 3)
-    channel_means = pixels.sum(axis=1, dtype=np.uint32) / np.float32(255 * pixels.shape[1])
-    gray = _luma(images)
+    sums, gray = _channel_sums_and_luma(images)
+    channel_means = sums / np.float32(255 * pixels.shape[1])
     flat = gray.reshape(count, -1)
-    laplacian = (
+    laplacian = (  # int16: |values| <= 4 * 255
         4 * gray[:, 1:-1, 1:-1]
         - gray[:, :-2, 1:-1]
         - gray[:, 2:, 1:-1]
@@ -55,13 +61,13 @@ def summarize(images: np.ndarray) -> dict[str, np.ndarray]:
     # 0, 1, 254 and 255 are the values that wrap to 0..3 when 2 is added in uint8.
     clipped = np.count_nonzero((pixels.reshape(count, -1) + np.uint8(2)) <= 3, axis=1)
     values = {
-        "image_brightness": flat.mean(axis=1) / 255.0,
-        "image_contrast": flat.std(axis=1) / 255.0,
+        "image_brightness": flat.mean(axis=1, dtype=np.float32) / 255.0,
+        "image_contrast": flat.std(axis=1, dtype=np.float32) / 255.0,
         "image_red_mean": channel_means[:, 0],
         "image_green_mean": channel_means[:, 1],
         "image_blue_mean": channel_means[:, 2],
         "image_clipped_fraction": clipped / np.float32(pixels[0].size),
-        "image_sharpness": np.abs(laplacian).mean(axis=(1, 2)) / 255.0,
+        "image_sharpness": np.abs(laplacian).mean(axis=(1, 2), dtype=np.float32) / 255.0,
         "image_blockiness": _blockiness(gray),
     }
     assert tuple(values) == IMAGE_SUMMARY_FEATURES
