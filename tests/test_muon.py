@@ -125,12 +125,13 @@ def test_the_recipe_selects_muon_for_filters_only():
 
 
 # Eight replicas of a small airbench, each fed different images, a few Muon steps; then every
-# trainable variable's copy on every replica, and the filters' norms.
+# trainable variable's copy on every replica. Then one step with a different gradient on
+# each replica.
 MIRRORED_MUON = textwrap.dedent("""
     import dataclasses, json
     import numpy as np
     import components
-    from components.trainer import model, strategy
+    from components.trainer import model, muon, strategy
     from components.trainer.keras import keras, tf
     strategy.configure_cpu_replicas(8)
     mirrored = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(8)])
@@ -150,6 +151,25 @@ MIRRORED_MUON = textwrap.dedent("""
         if any(not np.array_equal(copies[0], c) for c in copies[1:]):
             report["differ"].append(v.name)
         report["moved"] += int(not np.allclose(copies[0], before))
+    # Each replica hands the optimizer its own gradient: the step must orthogonalise their sum
+    # (what Keras' all-reduce gives it), the same on every replica.
+    gradients = rng.normal(size=(8, 3, 3, 2, 4)).astype(np.float32)
+    with mirrored.scope():
+        kernel = tf.Variable(rng.normal(size=(3, 3, 2, 4)).astype(np.float32))
+        optimizer = muon.Muon(0.0, 0.1)
+        optimizer.build([kernel])
+    before = kernel.numpy()
+
+    @tf.function
+    def step():
+        def apply():
+            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+            optimizer.apply_gradients([(tf.gather(tf.constant(gradients), replica), kernel)])
+        mirrored.run(apply)
+
+    step()
+    report["before"], report["summed_gradient"] = before.tolist(), gradients.sum(0).tolist()
+    report["after"] = [c.numpy().tolist() for c in mirrored.experimental_local_results(kernel)]
     print(json.dumps(report))
 """)
 
@@ -167,3 +187,9 @@ def test_muon_keeps_every_mirrored_replica_identical():
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["differ"] == []
     assert report["moved"] >= 6  # the filters (and biases, head) trained
+    before, summed = np.array(report["before"]), np.array(report["summed_gradient"])
+    expected = before * 2.0 / np.linalg.norm(before)  # sqrt(4 output filters)
+    expected -= 0.1 * reference_newton_schulz(summed.reshape(-1, 4)).reshape(before.shape)
+    after = np.array(report["after"])
+    assert len(after) == 8 and all(np.array_equal(after[0], copy) for copy in after[1:])
+    np.testing.assert_allclose(after[0], expected, rtol=1e-4, atol=1e-5)
