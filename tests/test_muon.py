@@ -193,3 +193,61 @@ def test_muon_keeps_every_mirrored_replica_identical():
     after = np.array(report["after"])
     assert len(after) == 8 and all(np.array_equal(after[0], copy) for copy in after[1:])
     np.testing.assert_allclose(after[0], expected, rtol=1e-4, atol=1e-5)
+
+
+# One Muon step under MultiWorkerMirroredStrategy, each worker with its own gradient.
+MULTI_WORKER_STEP = textwrap.dedent("""
+    import json
+    import numpy as np
+    import components
+    from components.trainer import muon
+    from components.trainer.keras import tf
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    worker = json.loads(__import__("os").environ["TF_CONFIG"])["task"]["index"]
+    rng = np.random.default_rng(0)
+    start = rng.normal(size=(3, 3, 2, 4)).astype(np.float32)
+    gradients = rng.normal(size=(2, 3, 3, 2, 4)).astype(np.float32)
+    with strategy.scope():
+        kernel = tf.Variable(start)
+        optimizer = muon.Muon(0.0, 0.1)
+        optimizer.build([kernel])
+
+    @tf.function
+    def step():
+        strategy.run(lambda: optimizer.apply_gradients([(tf.constant(gradients[worker]), kernel)]))
+
+    step()
+    print(json.dumps({"before": start.tolist(), "summed_gradient": gradients.sum(0).tolist(),
+                      "after": kernel.numpy().tolist()}))
+""")
+
+
+@pytest.mark.multi_worker
+def test_muon_orthogonalises_the_all_reduced_gradient_on_two_workers():
+    from components.trainer import local_workers
+
+    ports = local_workers.free_ports(2)
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", MULTI_WORKER_STEP],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={
+                **os.environ,
+                "CUDA_VISIBLE_DEVICES": "",
+                "TF_CONFIG": local_workers.tf_config(ports, index),
+            },
+        )
+        for index in (0, 1)
+    ]
+    reports = []
+    for worker in workers:
+        stdout, stderr = worker.communicate(timeout=300)
+        assert worker.returncode == 0, stderr[-3000:]
+        reports.append(json.loads(stdout.strip().splitlines()[-1]))
+    before, summed = np.array(reports[0]["before"]), np.array(reports[0]["summed_gradient"])
+    expected = before * 2.0 / np.linalg.norm(before)
+    expected -= 0.1 * reference_newton_schulz(summed.reshape(-1, 4)).reshape(before.shape)
+    assert reports[0]["after"] == reports[1]["after"]
+    np.testing.assert_allclose(np.array(reports[0]["after"]), expected, rtol=1e-4, atol=1e-5)
