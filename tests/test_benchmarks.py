@@ -200,6 +200,21 @@ def test_recipe_validation_slice_is_class_balanced_and_fixed():
     np.testing.assert_array_equal(mask, recipe_trial.validation_mask(labels))
 
 
+def test_trial_split_holds_out_the_slice_or_scores_the_eval_carve():
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(10), 90)
+    images = rng.integers(0, 256, (900, 32, 32, 3), dtype=np.uint8)
+    carve = (images[:20], labels[:20])
+    arrays = {"train": (images, labels), "eval": carve}
+    mask = recipe_trial.validation_mask(labels)
+    (train, _), (scored, _) = recipe_trial.trial_split(arrays, False)
+    np.testing.assert_array_equal(train, images[~mask])
+    np.testing.assert_array_equal(scored, images[mask])
+    assert len(scored) == 100
+    (train, _), (scored, scored_labels) = recipe_trial.trial_split(arrays, True)
+    assert len(train) == 900 and scored is carve[0] and scored_labels is carve[1]
+
+
 def test_recipe_overrides_are_typed_and_unknown_fields_refused():
     recipe = model.RECIPES["airbench"]
     assert recipe_trial._parse_override(recipe, "widths=32,64,128") == ("widths", (32, 64, 128))
