@@ -10,7 +10,8 @@
     the machine's own dense conv and matmul throughput in the Trainer's precision;
 (c) the pipeline itself (`cifar10-pipeline run --no-cache`), stage by stage; its
     Trainer's training FLOPs over its fit seconds, against the conv throughput of (b),
-    is the efficiency (the probe's few steps give a second, noisier figure);
+    is the efficiency (the probe's few steps give a second, noisier figure); the
+    training FLOPs to 84% eval accuracy, from its epochs' validation and the Evaluator;
 (d) CPU serving latency and throughput of the model it pushed, and of every recipe's
     exported network with its test-time augmentation (latency does not depend on the
     weights, so an untrained export of each recipe stands in for a trained one).
@@ -230,7 +231,25 @@ def pipeline_run(source: str, output_dir: Path, extra: list[str]) -> dict:
         "wall_seconds": wall,
         "exit_status": done.returncode,
         "time_to_80_seconds": time_to_accuracy(summary, 0.80),
+        "training_flops_to_84": training_flops_to_accuracy(summary, 0.84),
     }
+
+
+def training_flops_to_accuracy(summary: RunSummary, target: float) -> float | None:
+    """Training FLOPs up to the end of the first epoch that showed `target`: its validation
+    accuracy (without test-time augmentation; before the last epoch, on a fifth of the eval
+    split) or, for the last epoch, the Evaluator's accuracy of the exported model, the
+    gate's figure. Every epoch is the same number of whole batches, so epoch i of n cost
+    i/n of the run's training FLOPs. None if the run never showed `target`."""
+    training, history = summary.training, summary.history
+    if training is None or not history:
+        return None
+    final = summary.evaluation.eval_accuracy if summary.evaluation else None
+    for index, epoch in enumerate(history, start=1):
+        last = index == len(history) and final is not None and final >= target
+        if last or epoch.get("val_accuracy", 0) >= target:
+            return training.training_flops * index / len(history)
+    return None
 
 
 def time_to_accuracy(summary: RunSummary, target: float) -> float | None:

@@ -170,7 +170,7 @@ def _rows(results: dict) -> list[tuple[str, str]]:
     build = s["trainer_seconds"] - s["load_seconds"] - fit - s["export_seconds"]
     efficiency = s["training_flops"] / fit / 1e9 if fit else 0.0
     probe = next(iter(results["probe"]["settings"].values()))["images_per_second"]
-    ttr = run.get("time_to_80_seconds")
+    ttr, to_84 = run.get("time_to_80_seconds"), run.get("training_flops_to_84")
     rows = [
         ("whole pipeline, ingest to push", f"{wall:.0f} s wall ({s['total_seconds']} s its own)"),
         (
@@ -212,6 +212,10 @@ def _rows(results: dict) -> list[tuple[str, str]]:
             f"{wall / classic['seconds_per_50k_epoch']:.1f} classic epochs)",
         ),
         ("time to 80% eval accuracy", "not reached" if ttr is None else f"{ttr:.0f} s"),
+        (
+            "training FLOPs to 84% eval accuracy",
+            "not reached" if to_84 is None else f"{to_84:.3g}",
+        ),
     ]
     serving = [line for line in results.get("serving", "").splitlines()[1:] if line.strip()]
     if serving:

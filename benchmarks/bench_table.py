@@ -126,6 +126,7 @@ def render(results: dict) -> str:
                 "pipeline: time to 80% eval accuracy (s)",
                 "not reached" if ttr is None else f"{ttr:.0f}",
             ),
+            ("pipeline: training FLOPs to 84% eval accuracy", _flops(run)),
         ]
         if ttr is not None:
             rows.append(
@@ -142,3 +143,8 @@ def render(results: dict) -> str:
     for name, text in results.get("recipe_serving", {}).items():
         table += f"\n\nserving (CPU), recipe {name}:\n{text}"
     return table
+
+
+def _flops(run: dict) -> str:
+    flops = run.get("training_flops_to_84")  # absent from a bench.json written before it
+    return "not reached" if flops is None else f"{flops:.2e}"

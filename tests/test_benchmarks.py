@@ -1,6 +1,7 @@
 """`make bench` pieces that can break without anyone noticing until a long run:
 the time-to-accuracy arithmetic and the throughput probe's input variants."""
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 from benchmarks import bench, recipe_trial
 from components.trainer import model
 from components.trainer.training_summary import TrainingSummary
-from pipeline.local.summary import RunSummary
+from pipeline.local.summary import Evaluation, RunSummary
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,6 +75,18 @@ def test_time_to_accuracy_is_stages_then_trainer_startup_then_epochs():
     assert bench.time_to_accuracy(summary, 0.90) is None
 
 
+def test_training_flops_to_accuracy_counts_whole_epochs_and_the_evaluator_last():
+    # 5.4e12 training FLOPs over 4 epochs: 1.35e12 each.
+    assert bench.training_flops_to_accuracy(_summary([0.5, 0.79, 0.85, 0.86]), 0.84) == (
+        pytest.approx(3 * 1.35e12)
+    )
+    below = _summary([0.5, 0.79, 0.81, 0.83])
+    assert bench.training_flops_to_accuracy(below, 0.84) is None
+    # The last epoch without test-time augmentation missed; the Evaluator's 84.1% reached it.
+    evaluated = dataclasses.replace(below, evaluation=Evaluation(0.841, None, {}, {}, [], []))
+    assert bench.training_flops_to_accuracy(evaluated, 0.84) == pytest.approx(5.4e12)
+
+
 def test_render_reports_probe_and_pipeline_rows():
     summary = _summary([0.5, 0.81])
     run = {
@@ -81,6 +94,7 @@ def test_render_reports_probe_and_pipeline_rows():
         "wall_seconds": 400.0,
         "exit_status": 0,
         "time_to_80_seconds": bench.time_to_accuracy(summary, 0.80),
+        "training_flops_to_84": None,
     }
     results = {
         "classic": {
@@ -122,6 +136,7 @@ def test_render_reports_probe_and_pipeline_rows():
     # 400 s against 60 s per epoch of 50,000 images.
     assert re.search(r"classic-recipe epochs of 50,000 images \(goal <= 5\) +6.7\n", table)
     assert "2000 (1.00x; 1.0)" in table
+    assert re.search(r"training FLOPs to 84% eval accuracy +not reached\n", table)
     assert f"{(37.3 + 18.0 + 44.0) / 3000.0:.3f}" in table
 
 
@@ -183,6 +198,21 @@ def test_recipe_validation_slice_is_class_balanced_and_fixed():
     assert mask.sum() == 100
     assert all(np.sum(mask & (labels == c)) == 10 for c in range(10))
     np.testing.assert_array_equal(mask, recipe_trial.validation_mask(labels))
+
+
+def test_trial_split_holds_out_the_slice_or_scores_the_eval_carve():
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(10), 90)
+    images = rng.integers(0, 256, (900, 32, 32, 3), dtype=np.uint8)
+    carve = (images[:20], labels[:20])
+    arrays = {"train": (images, labels), "eval": carve}
+    mask = recipe_trial.validation_mask(labels)
+    (train, _), (scored, _) = recipe_trial.trial_split(arrays, False)
+    np.testing.assert_array_equal(train, images[~mask])
+    np.testing.assert_array_equal(scored, images[mask])
+    assert len(scored) == 100
+    (train, _), (scored, scored_labels) = recipe_trial.trial_split(arrays, True)
+    assert len(train) == 900 and scored is carve[0] and scored_labels is carve[1]
 
 
 def test_recipe_overrides_are_typed_and_unknown_fields_refused():

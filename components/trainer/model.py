@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from components.contract import IMAGE_SHAPE, NUM_CLASSES
+from components.trainer import muon
 from components.trainer.keras import keras, tf
 
 # Per-channel statistics of the CIFAR-10 training set, on the 0..255 scale.
@@ -35,7 +36,7 @@ class Recipe:
     per_replica_batch_size: int  # on CPU/GPU; TPU always defaults to 128 per core
     learning_rate: float  # peak, at a global batch of `reference_batch_size`
     reference_batch_size: int
-    optimizer: str  # "sgd_one_cycle" or "adam"
+    optimizer: str  # "sgd_one_cycle", "muon" (sgd_one_cycle but the filters on Muon) or "adam"
     label_smoothing: float
     weight_decay: float  # decoupled: each step shrinks weights by weight_decay x learning rate
     widths: tuple[int, int, int] | None = None  # airbench block widths
@@ -44,6 +45,11 @@ class Recipe:
     # `schedule[1]` of training, ends at `schedule[2]` x peak.
     schedule: tuple[float, float, float] = (0.0, 0.2, 0.0)
     batchnorm_momentum: float = 0.9
+    # muon (components/trainer/muon.py): the filters' peak learning rate (relative to their
+    # norm, so not scaled with the batch) on the same one-cycle shape, and their momentum.
+    muon_learning_rate: float = 0.24
+    muon_momentum: float = 0.6
+    newton_schulz_steps: int = 3
     bias_lr_multiplier: float = 1.0  # BatchNorm biases learn this many times faster
     lookahead: bool = False  # pull the weights to their moving average every few steps
     alternating_flip: bool = False  # mirror each image in every other epoch, not at random
@@ -322,11 +328,21 @@ def compile_model(
     steps_per_execution: int = 1,
 ) -> None:
     """`steps_per_execution` > 1 runs that many steps per call (fewer TPU round trips)."""
+    total_steps = steps_per_epoch * epochs
     if recipe.optimizer == "adam":
         optimizer = keras.optimizers.Adam(learning_rate)
+    elif recipe.optimizer == "muon":
+        optimizer = muon.Muon(
+            one_cycle(learning_rate, total_steps, recipe.schedule),
+            one_cycle(recipe.muon_learning_rate, total_steps, recipe.schedule),
+            momentum=recipe.momentum,
+            filter_momentum=recipe.muon_momentum,
+            newton_schulz_steps=recipe.newton_schulz_steps,
+            weight_decay=recipe.weight_decay,
+        )
     else:
         optimizer = keras.optimizers.SGD(
-            one_cycle(learning_rate, steps_per_epoch * epochs, recipe.schedule),
+            one_cycle(learning_rate, total_steps, recipe.schedule),
             momentum=recipe.momentum,
             nesterov=True,
             weight_decay=recipe.weight_decay,
