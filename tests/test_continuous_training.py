@@ -50,6 +50,7 @@ def spans_run(tiny_archive, tmp_path_factory):
     warm = cli("run", *common, "--warm-start")
     assert warm.returncode == 0, warm.stderr[-4000:]
     facts.update(warm=_summary(out), warm_loss=_first_loss(out), warm_stdout=warm.stdout)
+    facts["warm_page"] = (out / "report.html").read_text()
     return root, out, common, facts
 
 
@@ -69,6 +70,8 @@ def test_a_new_span_warm_starts_from_the_served_model(spans_run):
     assert warm["spans"] == [2] and warm["outcome"] == "pushed"
     assert warm["warm_start_from"] == str(out / "serving" / "cifar10" / first_version)
     assert f"warm start     from {warm['warm_start_from']}" in facts["warm_stdout"]
+    page = facts["warm_page"]
+    assert "span-2" in page and f"warm-started from {warm['warm_start_from']}" in page
     # the served weights were loaded: the first epoch's loss starts where span 1's training
     # ended (measured: 0.91 against 1.63 from scratch, label smoothing keeps it above 0.5)
     assert facts["warm_loss"] < 0.7 * facts["first_loss"]

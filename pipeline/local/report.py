@@ -181,6 +181,8 @@ def outcome_section(summary: RunSummary) -> dict[str, Any]:
         "failures": failures,
         "pushed": pushed,
         "total_seconds": summary.total_seconds,
+        "outcome": summary.outcome,
+        "warm_start": summary.warm_start_from,
         "stages": stages,
     }
 

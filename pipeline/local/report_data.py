@@ -77,6 +77,7 @@ def data_section(summary: RunSummary, train) -> dict[str, Any]:
         "comparison": comparison_section(summary),
         "counts": ", ".join(f"{split} {count}" for split, count in summary.record_counts.items()),
         "source": str(summary.source),
+        "spans": ", ".join(f"span-{n}" for n in summary.spans if n),
         "chart": chart,
         "tiles": tiles(np.array(samples), captions) if samples else [],
         "columns": SAMPLES_PER_CLASS,
