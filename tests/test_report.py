@@ -24,6 +24,7 @@ def test_report_has_every_section_with_numbers_from_the_run(first_run):
         "Training",
         "Evaluation",
         "Most confident mistakes",
+        "Skew and drift",
     ):
         assert f">{heading}</h" in page
     assert "Records per split: train 1080, eval 120" in page
@@ -37,7 +38,9 @@ def test_report_has_every_section_with_numbers_from_the_run(first_run):
     # tiny eval record right has no mistakes panel to draw
     perfect = summary["eval_accuracy"] == 1.0
     assert ("<p>No mistakes.</p>" in page) == perfect
-    charts = 3  # eval records per class, training curves, per-class accuracy and confusion
+    # eval records per class, training curves, per-class accuracy and confusion, and the
+    # image summaries' histograms per data set
+    charts = 4
     tiles = page.count('<img class="tile" src="data:image/png;base64,')
     assert tiles >= SAMPLES_PER_CLASS * NUM_CLASSES + (0 if perfect else 1)
     assert len(re.findall(r'src="data:image/png;base64,', page)) == charts + tiles
