@@ -4,8 +4,7 @@ REST API."""
 
 import json
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -19,6 +18,7 @@ from pipeline.settings.config import CONTAINER_SCHEMA_PATH, TrainingConfig
 from pipeline.topology import create_pipeline
 from pipeline.vertex import pipeline_file as vertex_file
 
+import http_stand_in
 from conftest import compiler_places, compiling_away_from_home
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -324,13 +324,8 @@ def fake_kfp(tmp_path, monkeypatch):
     )
     _FakeKfp.requests = []
     _FakeKfp.refuse_with = 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeKfp)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with http_stand_in.serve(_FakeKfp) as url:
+        yield url
 
 
 def test_submit_creates_the_run_through_the_kfp_client(compiled, fake_kfp, capsys):

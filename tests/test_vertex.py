@@ -6,8 +6,7 @@ import json
 import subprocess
 import sys
 import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from pipeline.vertex import options as vertex_config
 from pipeline.vertex import pipeline_file as vertex_file
 from pipeline.vertex import submit as vertex_runner
 
+import http_stand_in
 from conftest import PIPELINE_NODES, compiler_places, compiling_away_from_home
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -360,7 +360,7 @@ class _FakeVertex(BaseHTTPRequestHandler):
         if _FakeVertex.faults:
             fault = _FakeVertex.faults.pop(0)
             if fault == "hang":
-                time.sleep(HANG_SECONDS)
+                _FakeVertex.release.wait(HANG_SECONDS)
             else:
                 status = {"code": fault, "message": f"injected {fault}", "status": "INJECTED"}
                 self._reply({"error": status}, status=fault)
@@ -396,14 +396,11 @@ PROJECT_NUMBER = "123456789"
 def fake_vertex(monkeypatch):
     from google.auth.credentials import AnonymousCredentials
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeVertex)  # a hung reply blocks no other
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     _FakeVertex.requests, _FakeVertex.polls, _FakeVertex.faults = [], 0, []
     _FakeVertex.created, _FakeVertex.gets = "", []
+    _FakeVertex.release = threading.Event()
     monkeypatch.setattr(vertex_runner, "POLL_REQUEST_TIMEOUT_SECONDS", HANG_SECONDS / 4)
     monkeypatch.setattr(vertex_runner, "FIRST_BACKOFF_SECONDS", 0.05)
-    url = f"http://127.0.0.1:{server.server_port}"
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)  # the bucket check, on the stand-in
     monkeypatch.setattr("google.auth.default", lambda *a, **k: (AnonymousCredentials(), "proj-x"))
     # aiplatform checks that the root's bucket belongs to the project through Resource
     # Manager, whose endpoint no emulator variable redirects; unanswered, it retried for
@@ -412,8 +409,10 @@ def fake_vertex(monkeypatch):
         "google.cloud.aiplatform.utils.resource_manager_utils.get_project_number",
         lambda project_id, credentials=None: PROJECT_NUMBER if project_id == "proj-x" else "0",
     )
-    yield url
-    server.shutdown()
+    # Threaded, so a hung reply blocks no other; closed (and its hang released) at teardown.
+    with http_stand_in.serve(_FakeVertex, release=_FakeVertex.release) as url:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)  # the bucket check, on the stand-in
+        yield url
 
 
 def test_submit_sends_a_pipeline_job_through_aiplatform_and_waits(
