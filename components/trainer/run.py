@@ -100,7 +100,7 @@ def _warm_start(config: TrainingConfig, base_model: str | None):
     if source is None:
         logging.warning("Warm start asked for, training from scratch: %s", note)
         return config, None, note
-    tuned = warm_start.fine_tuning(config, model.RECIPES[config.model].epochs)
+    tuned = warm_start.fine_tuning(config)
     logging.info(
         "Warm start from %s: %d epochs at learning rate %g",
         source.served_version_dir,

@@ -83,7 +83,7 @@ def load(network: keras.Model, source: Source) -> None:
         variable.assign(tf.cast(value, variable.dtype))
 
 
-def fine_tuning(config: TrainingConfig, recipe_epochs: int) -> TrainingConfig:
+def fine_tuning(config: TrainingConfig) -> TrainingConfig:
     """The warm-started run's config: fewer epochs at a lower peak learning rate, unless the
     user set either."""
     from components.trainer import model
@@ -91,6 +91,6 @@ def fine_tuning(config: TrainingConfig, recipe_epochs: int) -> TrainingConfig:
     recipe = model.RECIPES[config.model]
     return dataclasses.replace(
         config,
-        epochs=config.epochs or max(1, round(recipe_epochs * EPOCH_SHARE)),
+        epochs=config.epochs or max(1, round(recipe.epochs * EPOCH_SHARE)),
         learning_rate=config.learning_rate or recipe.learning_rate * LEARNING_RATE_SHARE,
     )

@@ -4,6 +4,7 @@ summary; bad data is refused before TFX, Beam or TensorFlow is imported."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -37,9 +38,7 @@ def _prepared(args: argparse.Namespace, output_dir: Path):
     config = local_runner.local_config(output_dir, source, "", training, **settings)
     serving = f"{config.serving_dir}/{config.model_name}"
     choice = span_choice.choose(source, args.span, args.spans, args.force, serving)
-    config = local_runner.local_config(
-        output_dir, source, choice.cache_key, training, **settings, **choice.settings
-    )
+    config = dataclasses.replace(config, source_fingerprint=choice.cache_key, **choice.settings)
     return config, choice
 
 
