@@ -58,9 +58,10 @@ def test_newton_schulz_matches_numpy_and_flattens_the_spectrum(shape):
     assert singular.min() > 0.3 and singular.max() < 1.3  # near 1, not exactly 1
 
 
-def _two_steps(policy: str):
+def _two_steps(policy: str, xla: bool = False):
     """Two steps of `model.compile_model`'s Muon on a conv kernel and a bias, from the
-    recipe's schedule machinery (a one-cycle over 4 steps, so each step has its own rate)."""
+    recipe's schedule machinery (a one-cycle over 4 steps, so each step has its own rate);
+    with `xla`, each step compiled by XLA, as TPUStrategy compiles a training step."""
     rng = np.random.default_rng(1)
     kernel = rng.normal(size=(3, 3, 4, 6)).astype(np.float32)
     bias = rng.normal(size=6).astype(np.float32)
@@ -78,13 +79,15 @@ def _two_steps(policy: str):
         conv.kernel.assign(kernel)
         variable = tf.Variable(bias)
         optimizer = muon.Muon(sgd_schedule, filter_schedule, 0.85, 0.6, weight_decay=0.01)
+        optimizer.build([conv.kernel, variable])  # its slots exist before any compiled step
+
+        def step(kernel_gradient, bias_gradient):
+            optimizer.apply_gradients([(kernel_gradient, conv.kernel), (bias_gradient, variable)])
+
+        if xla:
+            step = tf.function(step, jit_compile=True)
         for kernel_gradient, bias_gradient in gradients:
-            optimizer.apply_gradients(
-                [
-                    (tf.constant(kernel_gradient), conv.kernel),
-                    (tf.constant(bias_gradient), variable),
-                ]
-            )
+            step(tf.constant(kernel_gradient), tf.constant(bias_gradient))
         got = conv.kernel.numpy(), variable.numpy()
     finally:
         keras.mixed_precision.set_global_policy(saved)
@@ -101,6 +104,14 @@ def _two_steps(policy: str):
 
 def test_update_matches_a_numpy_reference_of_the_same_steps():
     (kernel, bias), (expected_kernel, expected_bias) = _two_steps("float32")
+    np.testing.assert_allclose(kernel, expected_kernel, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(bias, expected_bias, rtol=1e-5, atol=1e-6)
+
+
+def test_the_update_compiles_with_xla_and_matches_the_reference():
+    """TPUStrategy compiles the whole step with XLA: Muon's update must compile, and give the
+    same weights (on the CPU's XLA; a TPU's matmul precision is not checked here)."""
+    (kernel, bias), (expected_kernel, expected_bias) = _two_steps("float32", xla=True)
     np.testing.assert_allclose(kernel, expected_kernel, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(bias, expected_bias, rtol=1e-5, atol=1e-6)
 
