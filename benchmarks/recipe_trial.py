@@ -108,14 +108,14 @@ def main() -> None:
         arrays = load_arrays(args.data)
     except SourceError as err:
         raise SystemExit(f"error: {err}") from None
-    if args.jpeg_quality is not None:
-        arrays = {
-            name: (jpeg_trace.jpeg_round_trip(images, args.jpeg_quality, "4:2:0"), labels)
-            for name, (images, labels) in arrays.items()
-        }
     (train_images, train_labels), (validation_images, validation_labels) = trial_split(
         arrays, args.eval_carve
     )
+    if args.jpeg_quality is not None:  # only the images this trial trains on and scores
+        train_images, validation_images = (
+            jpeg_trace.jpeg_round_trip(images, args.jpeg_quality, "4:2:0")
+            for images in (train_images, validation_images)
+        )
     split = {
         "train": (tf.constant(train_images), tf.constant(train_labels)),
         "eval": (tf.constant(validation_images), tf.constant(validation_labels)),

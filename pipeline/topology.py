@@ -212,7 +212,7 @@ def _span_settings(config: PipelineConfig) -> dict:
 
 
 def create_pipeline(config: PipelineConfig) -> tfx_pipeline.Pipeline:
-    serving_model_dir = f"{config.serving_dir.rstrip('/')}/{config.model_name}"
+    serving_model_dir = config.serving_model_dir
     example_gen = Cifar10ExampleGen(
         source_uri=config.source_uri,
         source_fingerprint=config.source_fingerprint,

@@ -10,6 +10,7 @@ close, a hang ends when the fixture releases it, and a client that hung up is no
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from http.server import ThreadingHTTPServer
 
@@ -19,8 +20,6 @@ class _StandInServer(ThreadingHTTPServer):
     block_on_close = True
 
     def handle_error(self, request, client_address):
-        import sys
-
         if isinstance(sys.exc_info()[1], ConnectionError):  # the client hung up first
             return
         super().handle_error(request, client_address)

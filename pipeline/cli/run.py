@@ -36,8 +36,7 @@ def _prepared(args: argparse.Namespace, output_dir: Path):
         local_workers=args.workers,
     )
     config = local_runner.local_config(output_dir, source, "", training, **settings)
-    serving = f"{config.serving_dir}/{config.model_name}"
-    choice = span_choice.choose(source, args.span, args.spans, args.force, serving)
+    choice = span_choice.choose(source, args.span, args.spans, args.force, config.serving_model_dir)
     config = dataclasses.replace(config, source_fingerprint=choice.cache_key, **choice.settings)
     return config, choice
 

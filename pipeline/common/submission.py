@@ -38,6 +38,11 @@ def has_dag(spec: Any) -> bool:
     )
 
 
+def listed_parameters(parameters: dict[str, Any]) -> str:
+    """`span=3, force=1` for a submission's description; '(defaults)' when none is set."""
+    return ", ".join(f"{key}={value}" for key, value in parameters.items()) or "(defaults)"
+
+
 _PARAMETER_TYPES = {"NUMBER_INTEGER": int, "NUMBER_DOUBLE": float, "STRING": str}
 
 

@@ -16,6 +16,7 @@ from pipeline.common.submission import (
     container_images,
     dated_name,
     has_dag,
+    listed_parameters,
     pipeline_name,
     run_parameters,
 )
@@ -54,10 +55,6 @@ def load_pipeline_spec(path: Path) -> dict[str, Any]:
     return spec
 
 
-def _listed(parameters: dict[str, Any]) -> str:
-    return ", ".join(f"{key}={value}" for key, value in parameters.items())
-
-
 @dataclass(frozen=True)
 class Submission:
     pipeline_file: Path
@@ -81,7 +78,7 @@ class Submission:
                 f"  root       {self.pipeline_root}",
                 f"  images     {', '.join(images)}",
                 f"  tasks      {', '.join(tasks)}",
-                f"  parameters {_listed(self.parameters) or '(defaults)'}",
+                f"  parameters {listed_parameters(self.parameters)}",
             ]
         )
 

@@ -101,6 +101,11 @@ class PipelineConfig:
     # >1: the local Trainer step runs as this many worker processes (MultiWorkerMirrored).
     local_workers: int = 1
 
+    @property
+    def serving_model_dir(self) -> str:
+        """Where the pusher writes this model's versions, and the served model is read."""
+        return f"{self.serving_dir.rstrip('/')}/{self.model_name}"
+
     def __post_init__(self) -> None:
         if self.local_workers < 1:
             raise ValueError(f"local_workers must be at least 1, got {self.local_workers}")

@@ -14,6 +14,7 @@ from pipeline.common.submission import (
     container_images,
     dated_name,
     has_dag,
+    listed_parameters,
     pipeline_name,
     run_parameters,
 )
@@ -73,7 +74,7 @@ class Submission:
                 f"  network    {self.network or '(none)'}",
                 f"  labels     {', '.join(f'{k}={v}' for k, v in self.labels) or '(none)'}",
                 f"  caching    {caching}",
-                f"  parameters {', '.join(f'{k}={v}' for k, v in self.parameters) or '(defaults)'}",
+                f"  parameters {listed_parameters(dict(self.parameters))}",
             ]
         )
 
