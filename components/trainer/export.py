@@ -11,8 +11,9 @@ several views: "flip", the image and its mirror image (2 network passes); or
 "flip_translate" (airbench's multi-crop), those two at weight 1/2 and both again shifted
 one pixel up-left and one pixel down-right at 1/4 each (6 passes).
 The exported network is rebuilt in float32 on the default strategy, so a model
-trained under TPUStrategy, MirroredStrategy or bf16 serves on any CPU. It sees at most
-`VIEWS_PER_PASS` views at a time, whatever the request's size.
+trained under TPUStrategy, MirroredStrategy or bf16 serves on any CPU; airbench serves
+with its BatchNorm and normalisation folded into the convolutions (inference.py). It
+sees at most `VIEWS_PER_PASS` views at a time, whatever the request's size.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from components.contract import (
     NUM_CLASSES,
     PROBABILITIES_KEY,
 )
-from components.trainer import data
+from components.trainer import data, inference
 from components.trainer.image_header import MAX_IMAGE_PIXELS, check_pixel_limit
 from components.trainer.keras import keras, tf
 
@@ -68,9 +69,13 @@ class ServingModule(tf.Module):
             )
         # The Keras model is used, not saved: saving it as a child would serialise every
         # layer's Keras metadata and trace each layer's call (half the export's time) for
-        # a SavedModel that nothing loads through Keras. Its variables are saved.
-        self.network = self._no_dependency(network)
+        # a SavedModel that nothing loads through Keras. Its variables are saved: the
+        # trained network's as they were (a warm start reads them, warm_start.py), and
+        # those of the network the signatures run, airbench with BatchNorm folded in
+        # (inference.py).
+        self.network = self._no_dependency(inference.folded(network))
         self.network_variables = list(network.variables)
+        self.inference_variables = list(self.network.variables)
         self.test_time_augmentation = test_time_augmentation
         self.max_image_pixels = max_image_pixels
         self.label_names = tf.constant(LABEL_NAMES)
