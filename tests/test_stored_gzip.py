@@ -6,9 +6,10 @@ import os
 import apache_beam as beam
 import numpy as np
 import tensorflow as tf
+from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.testing.util import assert_that, equal_to
 
-from components.cifar10_example_gen.stored_gzip import WriteStoredGzipTFRecords
+from components.cifar10_example_gen.stored_gzip import WriteStoredGzipTFRecords, tfrecord
 
 
 def _records(count: int) -> list[bytes]:
@@ -34,3 +35,18 @@ def test_written_files_are_stored_gzip_that_tf_data_and_beam_read(tmp_path):
     with beam.Pipeline() as pipeline:
         again = pipeline | beam.io.ReadFromTFRecord(str(tmp_path / "data-*"))
         assert_that(again, equal_to(records))
+
+
+class _Collect:
+    def __init__(self):
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+
+def test_records_are_framed_byte_for_byte_as_beam_frames_them():
+    for record in [b"", b"x", *_records(5), bytes(range(256)) * 300]:
+        beam_framed = _Collect()
+        _TFRecordUtil.write_record(beam_framed, record)
+        assert tfrecord(record) == beam_framed.data
