@@ -39,8 +39,8 @@ class _StoredGzipFile:
 
 
 def _masked_crc32c(data: bytes) -> int:
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    """Beam's masked CRC-32C (the TFRecord checksum), computed by google-crc32c."""
+    return tfrecordio._TFRecordUtil._masked_crc32c(data, crc32c_fn=google_crc32c.value)
 
 
 def tfrecord(value: bytes) -> bytes:

@@ -10,7 +10,7 @@ fixed temperature a scale. Each goes into the weights next to it:
 - each BatchNorm and its bias into the convolution before it. The first BatchNorm of a
   block follows the max-pool, and a per-channel affine map with a positive scale commutes
   with a max, so it moves before the pool into the convolution's weights and bias;
-- the 1/9 temperature into the head;
+- the fixed temperature (`model.LOGIT_TEMPERATURE`) into the head;
 - GELU's own constants. GELU(z) = z/2 (1 + erf(z / sqrt 2)) is five elementwise ops in
   TensorFlow; with u = z / sqrt 2 it is (u + u erf(u)) / sqrt 2, three ops. Each
   convolution computes u (its weights over sqrt 2), and the 1 / sqrt 2 of its output goes
@@ -29,8 +29,6 @@ from components.contract import IMAGE_SHAPE, NUM_CLASSES
 from components.trainer import model
 from components.trainer.keras import keras, tf
 
-# The temperature `model.build_airbench` divides the head's output by.
-_LOGIT_SCALE = 1.0 / 9.0
 _SQRT_HALF = np.sqrt(0.5)
 
 
@@ -90,11 +88,13 @@ def folded(network: keras.Model) -> keras.Model:
     weights = {}  # layer -> its folded weights, set once the model is built
 
     def convolution(name: str, kernel: np.ndarray, bias: np.ndarray, input_scale: float):
-        """A convolution over `input_scale` x its original input, computing z / sqrt 2."""
+        """The trained layer `name` as a convolution over `input_scale` x its original input,
+        computing z / sqrt 2."""
+        trained = network.get_layer(name)
         layer = keras.layers.Conv2D(
-            kernel.shape[-1],
-            kernel.shape[0],
-            padding="valid" if name == "whiten" else "same",
+            trained.filters,
+            trained.kernel_size,
+            padding=trained.padding,
             dtype="float32",
             name=name,
         )
@@ -119,7 +119,7 @@ def folded(network: keras.Model) -> keras.Model:
     head = keras.layers.Dense(NUM_CLASSES, use_bias=False, dtype="float32", name="head")
     (kernel,) = network.get_layer("head").get_weights()
     weights[head] = [
-        (np.asarray(kernel, np.float64) * _LOGIT_SCALE * _SQRT_HALF).astype(np.float32)
+        (np.asarray(kernel, np.float64) * (_SQRT_HALF / model.LOGIT_TEMPERATURE)).astype(np.float32)
     ]
     inference = keras.Model(inputs, head(x), name="airbench_inference")
     for layer, values in weights.items():

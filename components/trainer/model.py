@@ -18,6 +18,10 @@ from components.contract import IMAGE_SHAPE, NUM_CLASSES
 from components.trainer import muon
 from components.trainer.keras import keras, tf
 
+# airbench's logits are the head's output over this fixed temperature: keeps logits small
+# early in training (inference.py folds it into the head).
+LOGIT_TEMPERATURE = 9.0
+
 # Per-channel statistics of the CIFAR-10 training set, on the 0..255 scale.
 CIFAR10_MEAN = (125.3, 123.0, 113.9)
 CIFAR10_STD = (63.0, 62.1, 66.7)
@@ -219,8 +223,9 @@ def build_airbench(
             x = Gelu()(x)
     x = keras.layers.GlobalMaxPooling2D()(x)
     x = keras.layers.Dense(NUM_CLASSES, use_bias=False, name="head")(x)
-    # A fixed temperature, as in airbench: keeps logits small early in training.
-    logits = keras.layers.Lambda(lambda t: tf.cast(t, tf.float32) / 9.0, name="logits")(x)
+    logits = keras.layers.Lambda(
+        lambda t: tf.cast(t, tf.float32) / LOGIT_TEMPERATURE, name="logits"
+    )(x)
     return keras.Model(inputs, logits, name="airbench")
 
 
