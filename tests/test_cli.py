@@ -105,3 +105,32 @@ def test_the_user_log_dir_follows_xdg_state_home(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_STATE_HOME", "relative/ignored")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert user_log_dir() == tmp_path / "home" / ".local" / "state" / "cifar10-pipeline" / "logs"
+
+
+def test_the_console_script_exits_with_mains_status_after_flushing_what_it_printed(tmp_path):
+    """The entry point skips the interpreter's teardown (os._exit), so what the command
+    printed into a pipe must be flushed first, and its status must be main()'s. Run as a
+    real process: the report of a folder with no run is refused (exit 2) after a line on
+    stdout that only a flush brings through a pipe."""
+    script = (
+        "import sys\n"
+        "from pipeline import cli\n"
+        "real = cli.main\n"
+        "def main():\n"
+        "    print('printed before the exit')\n"
+        "    return real(['report', sys.argv[1]])\n"
+        "cli.main = main\n"
+        "cli.entry()\n"
+        "print('never reached')\n"
+    )
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "no-run")],
+        capture_output=True,
+        text=True,
+        env=buffered,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stdout == "printed before the exit\n"
+    assert "no-run" in done.stderr
