@@ -24,6 +24,7 @@ import numpy as np
 from components.cifar10_example_gen import sources
 from components.cifar10_example_gen.summaries import summarize
 from components.contract import IMAGE_SUMMARY_FEATURES, LABEL_KEY, NUM_CLASSES
+from components.validation_gate.comparison import statistics_options
 
 SIZES = (1000, 5000, 25000)
 
@@ -78,7 +79,7 @@ def statistics(images: np.ndarray, labels: np.ndarray, schema):
 
     frame = pd.DataFrame(summarize(images))
     frame[LABEL_KEY] = labels.astype(np.int64)
-    return tfdv.generate_statistics_from_dataframe(frame, tfdv.StatsOptions(schema=schema))
+    return tfdv.generate_statistics_from_dataframe(frame, statistics_options(schema))
 
 
 def distances(new, old, schema) -> dict[str, float]:

@@ -32,6 +32,7 @@ from components.served_model_baseline.component import ServedBaselineEvaluator, 
 from components.trainer.config import CHECKPOINT_ROOT_KEY, LOCAL_WORKERS_KEY
 from components.trainer.config import CUSTOM_CONFIG_KEY as TRAINING_CONFIG_KEY
 from components.trainer.local_workers import MultiWorkerTrainer
+from components.validation_gate.comparison import statistics_options
 from components.validation_gate.component import DataValidationGate
 from pipeline.settings.config import KubeflowConfig, PipelineConfig, VertexConfig
 from pipeline.settings.worker_pools import worker_pool_specs
@@ -222,7 +223,9 @@ def create_pipeline(config: PipelineConfig) -> tfx_pipeline.Pipeline:
     )
     schema_gen = ImportSchemaGen(schema_file=config.schema_path)
     statistics_gen = StatisticsGen(
-        examples=example_gen.outputs["examples"], schema=schema_gen.outputs["schema"]
+        examples=example_gen.outputs["examples"],
+        schema=schema_gen.outputs["schema"],
+        stats_options=statistics_options(),
     )
     example_validator = ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"]

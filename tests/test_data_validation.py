@@ -22,7 +22,11 @@ from components.contract import (
     SERVED_STATISTICS_FILE,
 )
 from components.validation_gate.checks import DataValidationError
-from components.validation_gate.comparison import MIN_COMPARED_EXAMPLES, load_schema
+from components.validation_gate.comparison import (
+    MIN_COMPARED_EXAMPLES,
+    load_schema,
+    statistics_options,
+)
 from components.validation_gate.executor import Executor
 from components.validation_gate.spec import (
     ACCEPT_DRIFT_KEY,
@@ -89,7 +93,7 @@ def _statistics(images, labels):
     frame = pd.DataFrame(summarize(images))
     frame[LABEL_KEY] = labels.astype(np.int64)
     frame[IMAGE_KEY] = [image.tobytes() for image in images]
-    return tfdv.generate_statistics_from_dataframe(frame, tfdv.StatsOptions(schema=load_schema()))
+    return tfdv.generate_statistics_from_dataframe(frame, statistics_options(load_schema()))
 
 
 def _sample(seed: int, per_class: int = SIZE // 10):
@@ -143,6 +147,20 @@ def _gate(tmp_path, train, evals, serving_dir="", accept_drift=False):
         {SERVING_MODEL_DIR_KEY: str(serving_dir), ACCEPT_DRIFT_KEY: int(accept_drift)},
     )
     return json.loads((tmp_path / "comparison" / COMPARISON_FILE).read_text())
+
+
+def test_the_pipelines_statistics_keep_exact_label_counts():
+    """StatisticsGen's options (sketches for string top values, statistics_options) must
+    leave the label's counts exact: its L-infinity drift distance is computed from them.
+    Three classes with different counts, a unique id per record, the schema's features."""
+    labels = np.repeat(np.arange(3), [1200, 700, 100])
+    frame = pd.DataFrame({LABEL_KEY: labels.astype(np.int64)})
+    frame["record_id"] = [f"data_batch_1.bin:{i}".encode() for i in range(len(labels))]
+    stats = tfdv.generate_statistics_from_dataframe(frame, statistics_options(load_schema()))
+    (label,) = [f for f in stats.datasets[0].features if f.path.step == [LABEL_KEY]]
+    top = {v.value: v.frequency for v in label.string_stats.top_values}
+    assert top == {"0": 1200, "1": 700, "2": 100}
+    assert label.string_stats.unique == 3
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from tfx.types import artifact_utils, standard_artifacts
 
 from components.contract import IMAGE_BYTES, IMAGE_SHAPE, IMAGE_SUMMARY_FEATURES
 from components.validation_gate.checks import DataValidationError
+from components.validation_gate.comparison import statistics_options
 from components.validation_gate.executor import Executor
 from pipeline.settings.config import SCHEMA_PATH
 
@@ -52,7 +53,7 @@ def _artifacts(tmp_path, splits):
             for i, (image, label) in enumerate(records):
                 writer.write(_example(image, label, f"{split}:{i}"))
         stats = tfdv.generate_statistics_from_tfrecord(
-            str(data), stats_options=tfdv.StatsOptions(schema=schema)
+            str(data), stats_options=statistics_options(schema)
         )
         found = tfdv.validate_statistics(stats, schema)
         for artifact, name, proto in (
