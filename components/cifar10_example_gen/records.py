@@ -70,7 +70,7 @@ def _binary_records(where: str, data: bytes) -> tuple[np.ndarray, np.ndarray]:
     table = np.frombuffer(data, dtype=np.uint8).reshape(-1, BINARY_RECORD_BYTES)
     labels = table[:, 0].astype(np.int64)
     _check_labels(where, labels)
-    return labels, _planar_to_hwc(table[:, 1:])
+    return labels, table[:, 1:]
 
 
 class _NumpyOnlyUnpickler(pickle.Unpickler):
@@ -113,7 +113,7 @@ def _python_records(where: str, data: bytes) -> tuple[np.ndarray, np.ndarray]:
     if labels.shape != (pixels.shape[0],):
         raise SourceError(f"{where}: {labels.size} labels for {pixels.shape[0]} images")
     _check_labels(where, labels)
-    return labels, _planar_to_hwc(pixels)
+    return labels, pixels
 
 
 def _decode_image(path: str) -> bytes:
@@ -133,13 +133,16 @@ def _decode_image(path: str) -> bytes:
 
 
 def _parse_batch(shard: Shard, where: str, data: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """A batch file's checked labels and its pixel rows as stored (planar, not yet HWC: the
+    source check needs only the labels, and the transposing copy is a quarter of a pass)."""
     parse = _binary_records if shard.layout == BINARY else _python_records
     return parse(where, data)
 
 
 def batch_file_records(shard: Shard, where: str, data: bytes) -> list[Record]:
     """The checked records of one batch file's bytes, in their stored order."""
-    labels, images = _parse_batch(shard, where, data)
+    labels, planar = _parse_batch(shard, where, data)
+    images = _planar_to_hwc(planar)
     base = os.path.basename(shard.member)
     pixels = images.reshape((-1, *IMAGE_SHAPE))
     summaries = np.stack(list(summarize(pixels).values()), axis=1).tolist()

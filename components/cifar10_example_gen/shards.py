@@ -4,6 +4,7 @@ byte of them is read. Every problem raises `SourceError` naming the file."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import re
@@ -12,6 +13,8 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
+
+from isal import igzip, isal_zlib
 
 from components.contract import IMAGE_BYTES, LABEL_NAMES
 
@@ -210,11 +213,30 @@ def list_shards(source: str) -> list[Shard]:
     return _with_training_data(source, shards)
 
 
+@contextlib.contextmanager
+def _tar_stream(raw: BinaryIO) -> Iterator[tarfile.TarFile]:
+    """The archive as a forward-only tar stream, a gzipped one inflated by ISA-L's igzip:
+    the same bytes as zlib's in about half the time, and inflating is most of a pass over
+    the archive (CIFAR-10's pixels barely compress). Read in blocks of 1 MiB, not tarfile's
+    10 KiB."""
+    magic = raw.read(2)
+    raw.seek(0)
+    if magic != b"\x1f\x8b":  # a plain tar, or another compression tarfile detects
+        with tarfile.open(fileobj=raw, mode="r|*", bufsize=1 << 20) as tar:
+            yield tar
+        return
+    with (
+        igzip.IGzipFile(fileobj=raw, mode="rb") as inflated,
+        tarfile.open(fileobj=inflated, mode="r|", bufsize=1 << 20) as tar,
+    ):
+        yield tar
+
+
 def _archive_batches(path: str, members: set[str] | None) -> Iterator[tuple[str, bytes]]:
     """(member name, bytes) of the named members (None: of every batch file), in one pass
     over the archive; every member passed on the way is checked as `_archive_members` does."""
     try:
-        with _open_binary(path) as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:
+        with _open_binary(path) as raw, _tar_stream(raw) as tar:
             for member in tar:
                 _refuse_if_unsafe(path, member)
                 wanted = members is None and _classify_member(member.name) is not None
@@ -226,5 +248,5 @@ def _archive_batches(path: str, members: set[str] | None) -> Iterator[tuple[str,
                     )
                 handle = tar.extractfile(member)
                 yield member.name, handle.read() if handle else b""
-    except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
+    except (tarfile.TarError, EOFError, zlib.error, isal_zlib.error, OSError) as err:
         raise SourceError(f"{path}: corrupt or truncated archive ({err})") from err
