@@ -116,8 +116,9 @@ def test_executor_refuses_bad_source_before_writing_anything(tmp_path):
 
 
 def test_the_fast_serialization_is_the_examples_own():
-    """`serialize` splices the summaries into precomputed wire bytes: it must parse to
-    exactly the Example `to_example` builds, every feature and value."""
+    """`serialize` writes the wire bytes itself: they must parse to exactly the Example
+    `to_example` builds, every feature and value, also where a length needs more than one
+    byte of varint (a record id of 200 characters, within a span's prefix)."""
     from components.cifar10_example_gen.executor import serialize, to_example
     from components.cifar10_example_gen.shards import Record
     from components.cifar10_example_gen.summaries import summarize
@@ -129,3 +130,5 @@ def test_the_fast_serialization_is_the_examples_own():
         assert tf.train.Example.FromString(serialize(record)) == to_example(record)
     plain = Record("b:0", 3, images[0].tobytes())
     assert tf.train.Example.FromString(serialize(plain)) == to_example(plain)  # map order varies
+    long_id = Record("span-7/" + "x" * 200, 9, images[1].tobytes(), tuple(summaries[1]))
+    assert tf.train.Example.FromString(serialize(long_id)) == to_example(long_id)
