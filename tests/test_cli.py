@@ -109,11 +109,14 @@ def test_the_user_log_dir_follows_xdg_state_home(monkeypatch, tmp_path):
 
 def test_the_console_script_exits_with_mains_status_after_flushing_what_it_printed(tmp_path):
     """The entry point skips the interpreter's teardown (os._exit), so what the command
-    printed into a pipe must be flushed first, and its status must be main()'s. Run as a
+    printed into a pipe must be flushed first, the exit handlers must have run, and its
+    status must be main()'s. Run as a
     real process: the report of a folder with no run is refused (exit 2) after a line on
     stdout that only a flush brings through a pipe."""
+    marker = tmp_path / "exit-handler-ran"
     script = (
-        "import sys\n"
+        "import atexit, pathlib, sys\n"
+        f"atexit.register(pathlib.Path({str(marker)!r}).write_text, 'yes')\n"
         "from pipeline import cli\n"
         "real = cli.main\n"
         "def main():\n"
@@ -134,3 +137,4 @@ def test_the_console_script_exits_with_mains_status_after_flushing_what_it_print
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stdout == "printed before the exit\n"
     assert "no-run" in done.stderr
+    assert marker.read_text() == "yes"  # exit handlers ran (AutoGraph's clean-up is one)

@@ -97,6 +97,20 @@ def test_truncated_gzip(tmp_path):
         sources.list_shards(str(archive))
 
 
+@pytest.mark.parametrize("where", [0.3, 0.6, 0.9])
+def test_corrupt_gzip_bytes_are_refused_by_the_check_naming_the_file(tmp_path, where):
+    """The check reads through ISA-L's inflater: bytes overwritten inside the deflate stream
+    (a bad code, or data whose checksum fails at the end) must come out as a SourceError
+    that names the archive, not as the inflater's own exception."""
+    archive = fx.binary_archive(tmp_path / "c.tar.gz", batches=2, per_class=5)
+    data = bytearray(archive.read_bytes())
+    start = int(len(data) * where)
+    data[start : start + 64] = bytes(range(64))
+    archive.write_bytes(bytes(data))
+    with pytest.raises(sources.SourceError, match=r"c\.tar\.gz"):
+        sources.inspect_source(str(archive))
+
+
 def test_reading_a_batch_streams_the_archive_only_up_to_it(tmp_path):
     """A gzipped tar has no index: looking a member up by name would decompress the whole
     archive for every batch file the ExampleGen reads (twice per batch, once per split)."""

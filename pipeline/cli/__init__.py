@@ -5,8 +5,8 @@ classify images with the pushed model."""
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
-import logging
 import os
 import sys
 import time
@@ -67,13 +67,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """The `cifar10-pipeline` console script (and `python -m pipeline.cli`): `main()`, then
-    the process ends without tearing the interpreter down. Once TensorFlow, TFX and Beam
-    are imported, Python's own teardown (thousands of modules, their C++ objects) takes
-    1-2 s that nothing needs: by then every output is written and closed, every worker
-    process joined. An exception still leaves the normal way, traceback and all."""
+    """The `cifar10-pipeline` console script (and `python -m pipeline.cli`): `main()`, its
+    exit handlers, then the process ends without tearing the interpreter down. Once
+    TensorFlow, TFX and Beam are imported, Python's own teardown (thousands of modules, their
+    C++ objects) takes 1-2 s that nothing needs: by then every output is written and closed,
+    every worker process joined. The handlers still run (the library log's flush, AutoGraph
+    deleting its generated files from the temporary folder). An exception still leaves the
+    normal way, traceback and all."""
     status = main()
-    logging.shutdown()  # what atexit would have flushed: the library log's handlers
+    atexit._run_exitfuncs()  # what interpreter shutdown would run first, then clears
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing reaches it
             stream.flush()
