@@ -97,17 +97,22 @@ def test_truncated_gzip(tmp_path):
         sources.list_shards(str(archive))
 
 
-@pytest.mark.parametrize("where", [0.3, 0.6, 0.9])
+@pytest.mark.parametrize("where", [0.3, 0.6, 0.9, "deflate"])
 def test_corrupt_gzip_bytes_are_refused_by_the_check_naming_the_file(tmp_path, where):
-    """The check reads through ISA-L's inflater: bytes overwritten inside the deflate stream
-    (a bad code, or data whose checksum fails at the end) must come out as a SourceError
-    that names the archive, not as the inflater's own exception."""
+    """The check reads through ISA-L's inflater: bytes overwritten inside the stream (the
+    checksum at its end fails), or a deflate block of the reserved type right after the
+    gzip header (the inflater's own error), must come out as a SourceError that names the
+    archive, not as the inflater's exception."""
     archive = fx.binary_archive(tmp_path / "c.tar.gz", batches=2, per_class=5)
-    data = bytearray(archive.read_bytes())
-    start = int(len(data) * where)
-    data[start : start + 64] = bytes(range(64))
-    archive.write_bytes(bytes(data))
-    with pytest.raises(sources.SourceError, match=r"c\.tar\.gz"):
+    if where == "deflate":
+        header = b"\x1f\x8b\x08\x00" + bytes(4) + b"\x00\xff"  # no name, no extra fields
+        archive.write_bytes(header + b"\xff" * 100)  # BFINAL 1, BTYPE 11: invalid
+    else:
+        data = bytearray(archive.read_bytes())
+        start = int(len(data) * where)
+        data[start : start + 64] = bytes(range(64))
+        archive.write_bytes(bytes(data))
+    with pytest.raises(sources.SourceError, match=r"c\.tar\.gz: corrupt or truncated archive"):
         sources.inspect_source(str(archive))
 
 
