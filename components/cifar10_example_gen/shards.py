@@ -151,12 +151,35 @@ def _refuse_if_unsafe(path: str, member: tarfile.TarInfo) -> None:
         )
 
 
+# What tarfile and the inflaters raise for a corrupt or cut-off archive.
+_ARCHIVE_ERRORS = (tarfile.TarError, EOFError, zlib.error, isal_zlib.error, OSError)
+
+
+@contextlib.contextmanager
+def _tar_stream(raw: BinaryIO) -> Iterator[tarfile.TarFile]:
+    """The archive as a forward-only tar stream, a gzipped one inflated by ISA-L's igzip:
+    the same bytes as zlib's in about half the time, and inflating is most of a pass over
+    the archive (CIFAR-10's pixels barely compress). Read in blocks of 1 MiB, not tarfile's
+    10 KiB."""
+    magic = raw.read(2)
+    raw.seek(0)
+    if magic != b"\x1f\x8b":  # a plain tar, or another compression tarfile detects
+        with tarfile.open(fileobj=raw, mode="r|*", bufsize=1 << 20) as tar:
+            yield tar
+        return
+    with (
+        igzip.IGzipFile(fileobj=raw, mode="rb") as inflated,
+        tarfile.open(fileobj=inflated, mode="r|", bufsize=1 << 20) as tar,
+    ):
+        yield tar
+
+
 def _archive_members(path: str) -> list[str]:
     """Names of the archive's regular files; every member's name and link are checked."""
     try:
-        with _open_binary(path) as raw, tarfile.open(fileobj=raw, mode="r:*") as tar:
+        with _open_binary(path) as raw, _tar_stream(raw) as tar:
             members = tar.getmembers()
-    except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
+    except _ARCHIVE_ERRORS as err:
         raise SourceError(f"{path}: corrupt or truncated archive ({err})") from err
     for member in members:
         _refuse_if_unsafe(path, member)
@@ -213,25 +236,6 @@ def list_shards(source: str) -> list[Shard]:
     return _with_training_data(source, shards)
 
 
-@contextlib.contextmanager
-def _tar_stream(raw: BinaryIO) -> Iterator[tarfile.TarFile]:
-    """The archive as a forward-only tar stream, a gzipped one inflated by ISA-L's igzip:
-    the same bytes as zlib's in about half the time, and inflating is most of a pass over
-    the archive (CIFAR-10's pixels barely compress). Read in blocks of 1 MiB, not tarfile's
-    10 KiB."""
-    magic = raw.read(2)
-    raw.seek(0)
-    if magic != b"\x1f\x8b":  # a plain tar, or another compression tarfile detects
-        with tarfile.open(fileobj=raw, mode="r|*", bufsize=1 << 20) as tar:
-            yield tar
-        return
-    with (
-        igzip.IGzipFile(fileobj=raw, mode="rb") as inflated,
-        tarfile.open(fileobj=inflated, mode="r|", bufsize=1 << 20) as tar,
-    ):
-        yield tar
-
-
 def _archive_batches(path: str, members: set[str] | None) -> Iterator[tuple[str, bytes]]:
     """(member name, bytes) of the named members (None: of every batch file), in one pass
     over the archive; every member passed on the way is checked as `_archive_members` does."""
@@ -248,5 +252,5 @@ def _archive_batches(path: str, members: set[str] | None) -> Iterator[tuple[str,
                     )
                 handle = tar.extractfile(member)
                 yield member.name, handle.read() if handle else b""
-    except (tarfile.TarError, EOFError, zlib.error, isal_zlib.error, OSError) as err:
+    except _ARCHIVE_ERRORS as err:
         raise SourceError(f"{path}: corrupt or truncated archive ({err})") from err
