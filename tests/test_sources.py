@@ -290,3 +290,42 @@ def test_count_records_of_an_archive_checks_every_batch(tmp_path, maker, layout,
         sources.SourceError, match=rf"bad\.tar\.gz:b/{member}: record 9 has label 200"
     ):
         sources.count_records(str(bad))
+
+
+def test_a_second_check_of_unchanged_local_files_reuses_the_first(tmp_path, monkeypatch):
+    """A local run checks its source in the CLI and again in the ExampleGen's executor: the
+    second check of an archive or folder nobody touched is not another read, while a
+    replaced archive, a rewritten file or a new file in a folder is read and checked again."""
+    archive = fx.binary_archive(tmp_path / "c.tar.gz", batches=2, per_class=3, with_test=True)
+    folder = tmp_path / "x"
+    with tarfile.open(archive) as tar:
+        tar.extractall(folder)
+    folder = folder / "cifar-10-batches-bin"
+    first = {str(p): sources.inspect_source(str(p)) for p in (archive, folder)}
+    reads = []
+    inspect = sources._inspect
+    monkeypatch.setattr(sources, "_inspect", lambda source: reads.append(source) or inspect(source))
+    for path, result in first.items():
+        assert sources.inspect_source(path) == result
+    assert reads == []
+
+    fx.write_tar(tmp_path / "bad.tar.gz", _with_bad_label("binary", 4, 11))
+    os.replace(tmp_path / "bad.tar.gz", archive)  # another file at the same path
+    with pytest.raises(sources.SourceError, match=r"c\.tar\.gz:b/data_batch_2\.bin: record 4"):
+        sources.inspect_source(str(archive))
+    batch = folder / "data_batch_1.bin"
+    payload = bytearray(batch.read_bytes())
+    payload[0] = 10  # label 10, rewritten in place with the same size
+    batch.write_bytes(bytes(payload))
+    # The file system's clock may be coarser than the two writes (extraction, then this) are
+    # apart; a modification time one nanosecond later stands for a later write.
+    stat = batch.stat()
+    os.utime(batch, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+    with pytest.raises(sources.SourceError, match=r"data_batch_1\.bin: record 0 has label 10"):
+        sources.inspect_source(str(folder))
+    payload[0] = 0
+    batch.write_bytes(bytes(payload))
+    (folder / "data_batch_9.bin").write_bytes(fx.binary_batch(fx.balanced_labels(1)))
+    reads.clear()
+    assert sources.inspect_source(str(folder))[1]["train"] == first[str(folder)][1]["train"] + 10
+    assert reads == [str(folder)]
