@@ -97,9 +97,18 @@ def check_pushed_model(out: Path, precision: str) -> None:
     )
     probabilities = by_example[PROBABILITIES_KEY].numpy()
     augmentation = model.RECIPES[summary.training.model].test_time_augmentation
-    np.testing.assert_allclose(
-        probabilities, expected_probabilities(loaded.logits, images, augmentation), atol=1e-5
-    )
+    if augmentation == "flip_translate_shared":
+        # The same six views, whose first convolution sees the padded image's next pixels
+        # along each view's edge instead of zeros (test_inference checks it view by view):
+        # close to the separate views' average, and nearer to it than to the mirror's alone.
+        separate = expected_probabilities(loaded.logits, images, "flip_translate")
+        flip_only = expected_probabilities(loaded.logits, images, "flip")
+        assert np.abs(probabilities - separate).max() < 0.05
+        assert np.abs(probabilities - separate).sum() < np.abs(probabilities - flip_only).sum()
+    else:
+        np.testing.assert_allclose(
+            probabilities, expected_probabilities(loaded.logits, images, augmentation), atol=1e-5
+        )
     assert [c.decode() for c in by_example[CLASSES_KEY].numpy()] == [
         LABEL_NAMES[i] for i in probabilities.argmax(axis=1)
     ]

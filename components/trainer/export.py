@@ -47,7 +47,7 @@ def float32_copy(trained: keras.Model, build_fn) -> keras.Model:
     return copy
 
 
-TEST_TIME_AUGMENTATIONS = ("flip", "flip_translate")
+TEST_TIME_AUGMENTATIONS = ("flip", "flip_translate", "flip_translate_shared")
 # The network runs over at most this many views at a time: a request of 1,000 records is
 # 6,000 views, over 1 GB of activations in one pass. On a 2-core Zen 3 (float32) the network
 # ran at 2,118 images/s in passes of 256, 1,668 in passes of 512 and 1,274 in one of 3,072.
@@ -74,6 +74,13 @@ class ServingModule(tf.Module):
         # those of the network the signatures run, airbench with BatchNorm folded in
         # (inference.py).
         self.network = self._no_dependency(inference.folded(network))
+        # flip_translate_shared runs the stem once per image, the rest once per view.
+        self.halves = self._no_dependency(inference.split(self.network))
+        if test_time_augmentation == "flip_translate_shared" and self.halves is None:
+            raise ValueError(
+                "test-time augmentation 'flip_translate_shared' needs an airbench network "
+                "(its stem is shared between views); use 'flip_translate'"
+            )
         self.network_variables = list(network.variables)
         self.inference_variables = list(self.network.variables)
         self.test_time_augmentation = test_time_augmentation
@@ -88,16 +95,24 @@ class ServingModule(tf.Module):
 
     def _softmax(self, images: tf.Tensor) -> tf.Tensor:
         """The network's probabilities, `VIEWS_PER_PASS` images at a time, one after another."""
+        return self._in_passes(
+            images,
+            lambda chunk: tf.nn.softmax(self.network(chunk, training=False)),
+            VIEWS_PER_PASS,
+        )
+
+    @staticmethod
+    def _in_passes(images: tf.Tensor, fn, per_pass: int) -> tf.Tensor:
+        """`fn` (images -> [n, classes]) over `per_pass` images at a time, one after another."""
         count = tf.shape(images)[0]
-        passes = (count + VIEWS_PER_PASS - 1) // VIEWS_PER_PASS
+        passes = (count + per_pass - 1) // per_pass
         outputs = tf.TensorArray(
             tf.float32, size=passes, infer_shape=False, element_shape=[None, NUM_CLASSES]
         )
 
         def one_pass(index, outputs):
-            chunk = images[index * VIEWS_PER_PASS : (index + 1) * VIEWS_PER_PASS]
-            logits = self.network(chunk, training=False)
-            return index + 1, outputs.write(index, tf.nn.softmax(logits))
+            chunk = images[index * per_pass : (index + 1) * per_pass]
+            return index + 1, outputs.write(index, fn(chunk))
 
         _, outputs = tf.while_loop(
             lambda index, _: index < passes, one_pass, (0, outputs), parallel_iterations=1
@@ -115,10 +130,46 @@ class ServingModule(tf.Module):
         """uint8 [N, 32, 32, 3] -> [N, classes], averaged over the test-time views."""
         if self.test_time_augmentation == "flip":
             return self._mirror_average(images)
+        if self.test_time_augmentation == "flip_translate_shared":
+            # Six views per record: records in passes of at most VIEWS_PER_PASS views.
+            return self._in_passes(images, self._shared_views, max(1, VIEWS_PER_PASS // 6))
         padded = tf.pad(images, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="REFLECT")
         views = tf.concat([images, padded[:, :IMAGE_SIZE, :IMAGE_SIZE], padded[:, 2:, 2:]], axis=0)
         centre, up_left, down_right = tf.split(self._mirror_average(views), 3, axis=0)
         return centre / 2.0 + (up_left + down_right) / 4.0
+
+    def _shared_views(self, images: tf.Tensor) -> tf.Tensor:
+        """ "flip_translate"'s six views and weights, with the stem and the first convolution
+        run once over each reflect-padded image (34 x 34, and its mirror image) instead of
+        once per view: each view's first feature map is the 31 x 31 window of that 33 x 33
+        map at its offset, exact inside, while along the view's edge the convolution sees
+        the padded image's next pixels where the per-view network sees zero padding."""
+        front, rest = self.halves
+        count = tf.shape(images)[0]
+        padded = tf.pad(images, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="REFLECT")
+        maps = front(tf.concat([padded, tf.reverse(padded, axis=[2])], axis=0), training=False)
+        # The view at offset (row, column) pools the map's 2x2 windows from (row, column) on.
+        # Pooled over the whole map, those are the windows at even offsets (the offsets 0 and
+        # 2 of the up-left and down-right views), over the map less its first row and column
+        # the odd ones (offset 1, the centre), so each view is a 15 x 15 window of one of two
+        # pooled maps, not a 31 x 31 window pooled on its own.
+        even = tf.nn.max_pool2d(maps, 2, 2, "VALID")
+        odd = tf.nn.max_pool2d(maps[:, 1:, 1:], 2, 2, "VALID")
+        n = (IMAGE_SIZE - 1) // 2
+        views = tf.concat(
+            [
+                odd[:count, :n, :n],  # centre, and (below) its mirror image
+                odd[count:, :n, :n],
+                even[:count, :n, :n],  # up-left: offset (0, 0) of the padded image
+                even[count:, :n, 1:],  # its mirror image: offset (0, 2) of the mirrored one
+                even[:count, 1:, 1:],  # down-right: offset (2, 2)
+                even[count:, 1:, :n],  # its mirror image: offset (2, 0)
+            ],
+            axis=0,
+        )
+        probabilities = tf.nn.softmax(rest(views, training=False))
+        centre, mirrored, *shifted = tf.split(probabilities, 6, axis=0)
+        return (centre + mirrored) / 4.0 + tf.add_n(shifted) / 8.0
 
     def _outputs(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         probabilities = self._traced_probabilities(images)

@@ -125,3 +125,24 @@ def folded(network: keras.Model) -> keras.Model:
     for layer, values in weights.items():
         layer.set_weights(values)
     return inference
+
+
+def split(inference: keras.Model) -> tuple[keras.Model, keras.Model] | None:
+    """`folded`'s network in two halves that share its layers: the stem and the first
+    convolution (uint8 images of any size -> that convolution's output, before its max-pool),
+    and everything after that max-pool (-> logits). None for a network `folded` did not
+    build. For test-time views that share the first half (export.py)."""
+    if inference.name != "airbench_inference":
+        return None
+    layers = [layer for layer in inference.layers if not isinstance(layer, keras.layers.InputLayer)]
+    cut = [layer.name for layer in layers].index("block0_conv1") + 1
+    if not isinstance(layers[cut], keras.layers.MaxPooling2D):
+        raise ValueError(f"{inference.name}: block0_conv1 is not followed by its max-pool")
+    x = images = keras.Input(shape=(None, None, 3), dtype=tf.uint8, name="image")
+    for layer in layers[:cut]:
+        x = layer(x)
+    front = keras.Model(images, x, name="airbench_stem")
+    x = pooled = keras.Input(shape=(None, None, layers[cut - 1].filters), dtype=tf.float32)
+    for layer in layers[cut + 1 :]:
+        x = layer(x)
+    return front, keras.Model(pooled, x, name="airbench_rest")

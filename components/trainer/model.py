@@ -57,7 +57,9 @@ class Recipe:
     bias_lr_multiplier: float = 1.0  # BatchNorm biases learn this many times faster
     lookahead: bool = False  # pull the weights to their moving average every few steps
     alternating_flip: bool = False  # mirror each image in every other epoch, not at random
-    test_time_augmentation: str = "flip"  # "flip" (2 views) or "flip_translate" (6 views)
+    # "flip" (2 views), "flip_translate" (6 views) or "flip_translate_shared" (the same 6
+    # views, airbench's stem and first convolution run once per image: export.py)
+    test_time_augmentation: str = "flip"
 
 
 def _normalize(images: tf.Tensor) -> tf.Tensor:
@@ -265,7 +267,7 @@ _AIRBENCH_TRAINING = dict(
     bias_lr_multiplier=64.0,
     lookahead=True,
     alternating_flip=True,
-    test_time_augmentation="flip_translate",
+    test_time_augmentation="flip_translate_shared",
 )
 
 RECIPES: dict[str, Recipe] = {
