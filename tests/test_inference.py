@@ -3,6 +3,7 @@ head's temperature folded into its weights must compute the trained network's lo
 
 import numpy as np
 import pytest
+from test_recipe import _PassSizeLimited
 
 from components.trainer import export, inference, model
 from components.trainer.keras import keras, tf
@@ -152,19 +153,6 @@ def test_shared_views_average_the_six_views_of_flip_translate():
     assert np.abs(probabilities - separate).max() < np.abs(separate - flip_only).max()
 
 
-class _AtMost(keras.Model):
-    """`network`, failing whenever it is handed more than `limit` images at once."""
-
-    def __init__(self, network: keras.Model, limit: int):
-        super().__init__()
-        self.network, self.limit = network, limit
-
-    def call(self, images, training=None):
-        too_many = tf.debugging.assert_less_equal(tf.shape(images)[0], self.limit)
-        with tf.control_dependencies([too_many]):
-            return self.network(images)
-
-
 def test_shared_views_run_a_few_records_at_a_time(monkeypatch):
     """At most VIEWS_PER_PASS views through the network's rest at once (and a sixth as
     many records, twice that many padded images, through its stem), eagerly and traced."""
@@ -174,7 +162,7 @@ def test_shared_views_run_a_few_records_at_a_time(monkeypatch):
     monkeypatch.setattr(export, "VIEWS_PER_PASS", 12)  # 2 records a pass: 3 of 2 and 1 of 1
     module = export.ServingModule(network, "flip_translate_shared")
     stem, rest = module.halves
-    module.halves = (_AtMost(stem, 4), _AtMost(rest, 12))
+    module.halves = (_PassSizeLimited(stem, 4), _PassSizeLimited(rest, 12))
     np.testing.assert_allclose(module.probabilities(images), whole, rtol=1e-5, atol=1e-7)
     traced = tf.function(module.probabilities)
     np.testing.assert_allclose(traced(images), whole, rtol=1e-5, atol=1e-7)
