@@ -74,9 +74,11 @@ class ServingModule(tf.Module):
         # those of the network the signatures run, airbench with BatchNorm folded in
         # (inference.py).
         self.network = self._no_dependency(inference.folded(network))
-        # flip_translate_shared runs the stem once per image, the rest once per view.
-        self.halves = self._no_dependency(inference.split(self.network))
-        if test_time_augmentation == "flip_translate_shared" and self.halves is None:
+        # flip_translate_shared runs the stem once per image, the rest once per view; no
+        # other augmentation needs the two halves built.
+        shared = test_time_augmentation == "flip_translate_shared"
+        self.halves = self._no_dependency(inference.split(self.network) if shared else None)
+        if shared and self.halves is None:
             raise ValueError(
                 "test-time augmentation 'flip_translate_shared' needs an airbench network "
                 "(its stem is shared between views); use 'flip_translate'"
