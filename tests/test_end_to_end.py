@@ -33,6 +33,12 @@ def test_run_blesses_and_pushes_with_a_full_summary(first_run):
         np.trace(confusion) / confusion.sum(), abs=1e-3
     )
     assert len(summary["per_class_accuracy"]) == 10
+    # read off the confusion matrix, weighted by class they give TFMA's own overall accuracy
+    weighted = sum(
+        summary["per_class_accuracy"][c] * summary["per_class_eval_records"][c]
+        for c in summary["per_class_accuracy"]
+    )
+    assert weighted / 120 == pytest.approx(summary["eval_accuracy"], abs=1e-6)
     assert summary["blessed"] is True
     pushed = Path(summary["pushed_version_dir"])
     assert pushed.parent == out / "serving" / "cifar10" and (pushed / "saved_model.pb").exists()

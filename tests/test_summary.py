@@ -6,7 +6,14 @@ import json
 import pytest
 
 from components.trainer.training_summary import TrainingSummary
-from pipeline.local.summary import Evaluation, Push, RunSummary
+from pipeline.local.summary import (
+    CONFUSION_PLOT,
+    Evaluation,
+    Push,
+    RunSummary,
+    class_accuracy,
+    confusion_matrix,
+)
 
 TRAINING = TrainingSummary(
     model="airbench",
@@ -104,3 +111,30 @@ def test_the_console_summary_names_workers_and_the_all_reduce():
     assert "multi_worker strategy, 2 worker(s), 2 replica(s)" in text
     assert "0.46s a step, all-reduce 10.0 ms of 1,177,344 bytes" in text
     assert "all-reduce" not in report_text.render(SUMMARY)  # one replica: nothing to reduce
+
+
+def _plots(entries, sliced_entries=()):
+    """EvalResult.plots as TFMA loads them: (slice key, output -> sub key -> plot JSON)."""
+
+    def plot(found):
+        return {"": {"": {CONFUSION_PLOT: {"matrices": [{"threshold": 0.0, "entries": found}]}}}}
+
+    return [((), plot(entries)), ((("label", 3),), plot(list(sliced_entries)))]
+
+
+def test_per_class_accuracy_is_read_off_the_confusion_matrix_rows():
+    # proto3 JSON leaves out zero ids; -1 is TFMA's "no predicted class"
+    entries = [
+        {"numWeightedExamples": 3.0},  # class 0 -> 0
+        {"predictedClassId": 2, "numWeightedExamples": 1.0},  # class 0 -> 2
+        {"actualClassId": 2, "predictedClassId": 2, "numWeightedExamples": 2.0},
+        {"actualClassId": 2, "numWeightedExamples": 6.0},  # class 2 -> 0
+        {"actualClassId": 2, "predictedClassId": -1, "numWeightedExamples": 2.0},
+    ]
+    # a slice by label (older evaluations) must not be counted again
+    confusion, records = confusion_matrix(_plots(entries, sliced_entries=entries))
+    assert confusion[0][:3] == [3, 0, 1] and confusion[2][:3] == [6, 0, 2]
+    assert records[:3] == [4, 0, 10]
+    accuracy, per_class_records = class_accuracy(confusion, records)
+    assert accuracy == {0: 0.75, 2: 0.2}  # by row (true class), not by column
+    assert per_class_records == {0: 4, 2: 10}  # classes without records are left out

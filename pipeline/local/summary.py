@@ -25,7 +25,6 @@ from components.contract import (
     EXAMPLE_GEN_NODE,
     EXAMPLE_VALIDATOR_NODE,
     HISTORY_FILE,
-    LABEL_KEY,
     NUM_CLASSES,
     PUSHER_NODE,
     SERVED_SPANS_FILE,
@@ -177,29 +176,17 @@ def evaluation_facts(evaluation_uri: str) -> Evaluation:
     import tensorflow_model_analysis as tfma
 
     overall, baseline = None, None
-    per_class, per_class_records = {}, {}
     result = tfma.load_eval_result(evaluation_uri)
     for slice_key, by_output in result.slicing_metrics:
-        values = by_output.get("", {}).get("", {})
-        accuracy = values.get(ACCURACY_METRIC, {}).get("doubleValue")
-        if not slice_key:
-            overall = accuracy
-            diff = values.get(f"{ACCURACY_METRIC}_diff", {}).get("doubleValue")
-            if diff is not None and accuracy is not None:
-                baseline = accuracy - diff
-        elif slice_key[0][0] == LABEL_KEY:
-            label = int(slice_key[0][1])
-            per_class[label] = accuracy
-            per_class_records[label] = int(values.get("example_count", {}).get("doubleValue", 0))
-    confusion = [[0] * NUM_CLASSES for _ in range(NUM_CLASSES)]
-    for slice_key, plots in result.plots:
-        if slice_key:
+        if slice_key:  # an evaluation written with more slices than the overall one
             continue
-        for matrix in plots.get("", {}).get("", {}).get(CONFUSION_PLOT, {}).get("matrices", []):
-            for entry in matrix.get("entries", []):
-                confusion[entry.get("actualClassId", 0)][entry.get("predictedClassId", 0)] += int(
-                    entry.get("numWeightedExamples", 0)
-                )
+        values = by_output.get("", {}).get("", {})
+        overall = values.get(ACCURACY_METRIC, {}).get("doubleValue")
+        diff = values.get(f"{ACCURACY_METRIC}_diff", {}).get("doubleValue")
+        if diff is not None and overall is not None:
+            baseline = overall - diff
+    confusion, records = confusion_matrix(result.plots)
+    per_class, per_class_records = class_accuracy(confusion, records)
     failures = []
     validation = tfma.load_validation_result(evaluation_uri)
     for per_slice in validation.metric_validations_per_slice:
@@ -209,14 +196,39 @@ def evaluation_facts(evaluation_uri: str) -> Evaluation:
                 f" = {failure.metric_value.double_value.value:.4f} fails {failure.message or ''}"
                 f"{_threshold_text(failure.metric_threshold)}"
             )
-    return Evaluation(
-        overall,
-        baseline,
-        dict(sorted(per_class.items())),
-        dict(sorted(per_class_records.items())),
-        confusion,
-        failures,
-    )
+    return Evaluation(overall, baseline, per_class, per_class_records, confusion, failures)
+
+
+def confusion_matrix(plots) -> tuple[list[list[int]], list[int]]:
+    """([true class][predicted class] -> records, records per true class) from the overall
+    slice of TFMA's MultiClassConfusionMatrixPlot (`EvalResult.plots`). A record TFMA left
+    without a predicted class (its top score at or below the plot's threshold) counts for its
+    class but in no column."""
+    confusion = [[0] * NUM_CLASSES for _ in range(NUM_CLASSES)]
+    records = [0] * NUM_CLASSES
+    for slice_key, by_output in plots:
+        if slice_key:
+            continue
+        matrices = by_output.get("", {}).get("", {}).get(CONFUSION_PLOT, {}).get("matrices", [])
+        for entry in matrices[0].get("entries", []) if matrices else []:
+            # proto3 JSON leaves out zeros: class 0 is an absent id
+            actual, predicted = entry.get("actualClassId", 0), entry.get("predictedClassId", 0)
+            count = int(entry.get("numWeightedExamples", 0))
+            records[actual] += count
+            if 0 <= predicted < NUM_CLASSES:
+                confusion[actual][predicted] += count
+    return confusion, records
+
+
+def class_accuracy(
+    confusion: list[list[int]], records: list[int]
+) -> tuple[dict[int, float], dict[int, int]]:
+    """Per-class accuracy and records, for the classes the eval split has: of the records of
+    class c, the share predicted as c. SparseCategoricalAccuracy on the records labelled c
+    takes the same argmax, so this is the figure TFMA's slices by label gave, without TFMA
+    slicing the eval split a second time to compute it (docs/performance.md)."""
+    present = [c for c in range(NUM_CLASSES) if records[c]]
+    return {c: confusion[c][c] / records[c] for c in present}, {c: records[c] for c in present}
 
 
 def _threshold_text(threshold) -> str:
