@@ -29,6 +29,9 @@ PIPELINE_NODES = contract.PIPELINE_NODES  # tests import it from here
 SHARED_RUN_FIXTURES = ("first_run", "scenario", "trained", "bf16_run")
 
 
+# tryfirst: pytest-xdist reads the groups in its own pytest_collection_modifyitems, which
+# otherwise runs before this one and never sees these marks.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for name in SHARED_RUN_FIXTURES:
