@@ -161,7 +161,8 @@ def throughput_probe(arrays, folder: Path, steps: int, rounds: int) -> dict:
 
 def machine_peak(rounds: int) -> dict:
     """The best of `rounds` fresh-process measurements of conv and matmul GFLOP/s, in the
-    precision `auto` picks here, and the default model's training FLOPs per image."""
+    precision `auto` picks here, and of single-threaded Python; the default model's
+    training FLOPs per image."""
     runs = []
     for _ in range(rounds):
         done = subprocess.run(
@@ -176,6 +177,7 @@ def machine_peak(rounds: int) -> dict:
         "precision_reason": decide_precision("auto", hardware).reason,
         "conv3x3_gflops": max(r["conv3x3_gflops"] for r in runs),
         "matmul_gflops": max(r["matmul_gflops"] for r in runs),
+        "python_seconds": min(r["python_seconds"] for r in runs),
         "training_flops_per_image": flops.training_flops(forward, 1),
         "runs": runs,
     }

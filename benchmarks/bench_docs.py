@@ -159,6 +159,15 @@ def _cpu(machine: Machine) -> str:
     return f"{machine.model}{cores}"
 
 
+def _python(peak: dict, outside: float) -> str:
+    """The host's interpreter speed, which most of the time outside the fit follows, and
+    that time in its units, so the figure compares between hosts of one kind."""
+    seconds = peak.get("python_seconds")
+    if not seconds:
+        return "not measured"
+    return f"{seconds:.2f} s (everything but the fit = {outside / seconds:.0f} times that)"
+
+
 def _rows(results: dict) -> list[tuple[str, str]]:
     """The figures a reader compares between kinds, from bench.json's structure."""
     run, peak, classic = results["pipeline"], results["peak"], results["classic"]
@@ -192,6 +201,7 @@ def _rows(results: dict) -> list[tuple[str, str]]:
             f"{wall - fit:.0f} s: "
             + ", ".join(f"{name} {seconds:.1f}" for name, seconds in outside.items()),
         ),
+        ("single-threaded Python: sum(range(10**8))", _python(peak, wall - fit)),
         ("training FLOPs", f"{s['training_flops']:.3g}"),
         (
             "efficiency: fit GFLOP/s / TF's 3x3 conv",

@@ -60,6 +60,10 @@ def render(results: dict) -> str:
                 f"{peak['conv3x3_gflops']:.0f} / {peak['matmul_gflops']:.0f}",
             ),
             (
+                "machine: single-threaded Python, sum(range(10**8)) (s)",
+                f"{peak['python_seconds']:.2f}" if "python_seconds" in peak else "not measured",
+            ),
+            (
                 "probe: default model's training GFLOP/s (3 x forward FLOPs x images/s)",
                 f"{effective:.0f} = {peak['training_flops_per_image'] / 1e6:.0f} MFLOP x "
                 f"{default_rate:.0f} img/s",

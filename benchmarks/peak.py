@@ -1,7 +1,9 @@
 """What this machine's TensorFlow kernels can do: dense 3x3 convolution and matrix
 product throughput in one precision, in a process of its own (thread pools and
 oneDNN are fixed when TensorFlow starts). The yardstick for the Trainer's
-efficiency in `make bench`. Prints one JSON line of GFLOP/s.
+efficiency in `make bench`. And how fast this host runs single-threaded Python, which
+most of the pipeline outside the fit is (imports, Beam, TFMA): the yardstick for that
+time between hosts. Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from components.trainer.keras import tf
 # efficiency goal was set against), and a square matrix product.
 CONV_SHAPE = (128, 32, 32, 64)  # batch, height, width, channels in = channels out
 MATMUL_SIZE = 2048
+# Seconds for sum(range(PYTHON_ADDITIONS)), the best of PYTHON_ROUNDS.
+PYTHON_ADDITIONS = 10**8
+PYTHON_ROUNDS = 3
 
 
 def _gflops(run, flops_per_call: float, min_seconds: float) -> float:
@@ -28,6 +33,16 @@ def _gflops(run, flops_per_call: float, min_seconds: float) -> float:
         run()
         calls += 1
     return flops_per_call * calls / (time.perf_counter() - started) / 1e9
+
+
+def python_seconds(additions: int = PYTHON_ADDITIONS, rounds: int = PYTHON_ROUNDS) -> float:
+    """The best of `rounds` timings of sum(range(additions)): one core's interpreter speed."""
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        sum(range(additions))
+        best = min(best, time.perf_counter() - started)
+    return best
 
 
 def measure(precision: str, min_seconds: float) -> dict:
@@ -47,6 +62,7 @@ def measure(precision: str, min_seconds: float) -> dict:
         "precision": precision,
         "conv3x3_gflops": _gflops(lambda: conv().numpy(), conv_flops, min_seconds),
         "matmul_gflops": _gflops(lambda: matmul().numpy(), 2.0 * MATMUL_SIZE**3, min_seconds),
+        "python_seconds": python_seconds(),
     }
 
 

@@ -34,7 +34,7 @@ def _results(wall: float = 300.0, accuracy: float = 0.8411) -> dict:
     }
     return {
         "pipeline": {"summary": summary, "wall_seconds": wall, "time_to_80_seconds": 200.0},
-        "peak": {"conv3x3_gflops": 118.0, "matmul_gflops": 149.0},
+        "peak": {"conv3x3_gflops": 118.0, "matmul_gflops": 149.0, "python_seconds": 2.0},
         "classic": {"seconds_per_50k_epoch": 90.0},
         "probe": {
             "settings": {
@@ -97,6 +97,20 @@ def test_writer_replaces_only_its_own_kinds_section(docs):
     assert text.startswith("# Project\n\nIntro.\n\n") and text.endswith("\nAfter the table.\n")
     assert "| `avx512-bf16-amx` | New CPU, 2 cores | float32 | 333 s | 84.11% |" in text
     assert bench_docs.check(performance, readme) == ""
+
+
+def test_the_time_outside_the_fit_is_also_given_in_the_hosts_python_speed():
+    # 300 s wall - 240 s fit = 60 s outside the fit, 30 times the host's 2.0 s
+    section = bench_docs.render_section(_results(), _machine("avx2-float32"), FACTS)
+    assert "| everything but the fit | 60 s: " in section
+    assert (
+        "| single-threaded Python: sum(range(10**8)) | 2.00 s "
+        "(everything but the fit = 30 times that) |" in section
+    )
+    older = _results()
+    del older["peak"]["python_seconds"]  # a bench.json from before the yardstick
+    section = bench_docs.render_section(older, _machine("avx2-float32"), FACTS)
+    assert "| single-threaded Python: sum(range(10**8)) | not measured |" in section
 
 
 def test_a_new_kind_is_added_after_the_last_section(docs):

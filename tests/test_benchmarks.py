@@ -189,7 +189,8 @@ def test_peak_probe_reports_conv_and_matmul_throughput():
     assert done.returncode == 0, done.stderr[-2000:]
     measured = json.loads(done.stdout.strip().splitlines()[-1])
     assert measured["precision"] == "float32"
-    assert {"conv3x3_gflops", "matmul_gflops"} <= set(measured)  # what `make bench` reads
+    assert {"conv3x3_gflops", "matmul_gflops", "python_seconds"} <= set(measured)  # bench reads
+    assert measured["python_seconds"] > 0
 
 
 def test_recipe_validation_slice_is_class_balanced_and_fixed():
