@@ -20,9 +20,9 @@ from components.trainer.keras import tf
 # efficiency goal was set against), and a square matrix product.
 CONV_SHAPE = (128, 32, 32, 64)  # batch, height, width, channels in = channels out
 MATMUL_SIZE = 2048
-# Seconds for sum(range(PYTHON_ADDITIONS)), the best of PYTHON_ROUNDS.
-PYTHON_ADDITIONS = 10**8
-PYTHON_ROUNDS = 3
+# Single-threaded Python as seconds per sum(range(10**8)), timed in chunks of 10**7.
+PYTHON_CHUNK = 10**7
+PYTHON_CHUNKS_PER_FIGURE = 10
 
 
 def _gflops(run, flops_per_call: float, min_seconds: float) -> float:
@@ -35,14 +35,17 @@ def _gflops(run, flops_per_call: float, min_seconds: float) -> float:
     return flops_per_call * calls / (time.perf_counter() - started) / 1e9
 
 
-def python_seconds(additions: int = PYTHON_ADDITIONS, rounds: int = PYTHON_ROUNDS) -> float:
-    """The best of `rounds` timings of sum(range(additions)): one core's interpreter speed."""
-    best = float("inf")
-    for _ in range(rounds):
-        started = time.perf_counter()
-        sum(range(additions))
-        best = min(best, time.perf_counter() - started)
-    return best
+def python_seconds(min_seconds: float) -> float:
+    """Seconds for sum(range(10**8)), from the fastest of at least 3 timed chunks of 10**7
+    (and of as many as `min_seconds` allows), as `_gflops` times its kernels: one core's
+    interpreter speed."""
+    best, calls, started = float("inf"), 0, time.perf_counter()
+    while calls < 3 or time.perf_counter() - started < min_seconds:
+        chunk = time.perf_counter()
+        sum(range(PYTHON_CHUNK))
+        best = min(best, time.perf_counter() - chunk)
+        calls += 1
+    return best * PYTHON_CHUNKS_PER_FIGURE
 
 
 def measure(precision: str, min_seconds: float) -> dict:
@@ -62,7 +65,7 @@ def measure(precision: str, min_seconds: float) -> dict:
         "precision": precision,
         "conv3x3_gflops": _gflops(lambda: conv().numpy(), conv_flops, min_seconds),
         "matmul_gflops": _gflops(lambda: matmul().numpy(), 2.0 * MATMUL_SIZE**3, min_seconds),
-        "python_seconds": python_seconds(),
+        "python_seconds": python_seconds(min_seconds),
     }
 
 
