@@ -21,7 +21,7 @@ def _validation(interim_steps: int | None, epochs: int) -> tuple[Validation, ker
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
     )
     batches = tf.data.Dataset.from_tensor_slices((INPUTS, LABELS)).batch(2)  # 2, 2, 1
-    callback = Validation(tf.distribute.get_strategy(), batches, 3, interim_steps)
+    callback = Validation(tf.distribute.get_strategy(), batches.repeat(), 3, interim_steps)
     callback.set_model(network)
     callback.set_params({"epochs": epochs, "steps": 10})
     return callback, network

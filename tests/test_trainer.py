@@ -97,6 +97,67 @@ def _run(code, *args, env_extra=None):
     return done.stdout
 
 
+PER_REPLICA_INPUT = textwrap.dedent("""
+    import json
+    import numpy as np
+    import components
+    from components.trainer import data, train
+    from components.trainer.config import TrainingConfig
+    from components.trainer.keras import tf
+    run = train.plan(TrainingConfig(strategy="mirrored", cpu_replicas=8,
+                                    per_replica_batch_size=16, precision="float32"))
+    report = {"per_replica": train.per_replica_input(run), "pipelines": train.input_pipelines(run)}
+    local = run.strategy.experimental_local_results
+
+    def labels_of(batches, steps):
+        iterator = iter(batches)
+        return [[t.numpy().tolist() for t in local(next(iterator)[1])] for _ in range(steps)]
+
+    for count in (40, 300):  # under one global batch of 128; two full ones and a short one
+        images = tf.zeros([count, 32, 32, 3], tf.uint8)
+        labels = tf.range(count, dtype=tf.int64)
+        steps = -(-count // run.global_batch_size) + 1  # one pass, then the next begins
+        ours = train.distributed_evaluation_data(run, images, labels)
+        whole = data.evaluation_dataset(images, labels, run.global_batch_size).repeat()
+        report[f"eval {count}"] = labels_of(ours, steps)
+        report[f"tf.distribute {count}"] = labels_of(
+            run.strategy.experimental_distribute_dataset(whole), steps)
+    images, labels = tf.zeros([400, 32, 32, 3], tf.uint8), tf.range(400, dtype=tf.int64)
+    steps = train._steps_per_epoch(run, 400, train.input_pipelines(run))
+    report["train steps"] = steps
+    training = train._distributed_training_data(run, images, labels, steps, 0)
+    report["train"] = labels_of(training, steps)
+    print(json.dumps(report))
+""")
+
+
+@pytest.mark.integration
+def test_cpu_replicas_read_through_a_pipeline_each_what_tf_distribute_would_hand_them():
+    """8 CPU replicas get an input pipeline each (not tf.distribute's MultiDeviceIterator,
+    whose teardown waited 60-120 s on tf.data's autotuner): every step, each replica's
+    slice of the eval split is the one tf.distribute's own split gives it, and an epoch
+    of training hands out whole per-replica batches, no record twice."""
+    done = subprocess.run(
+        [sys.executable, "-c", PER_REPLICA_INPUT],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["per_replica"] is True and report["pipelines"] == 8
+    for count in (40, 300):
+        assert report[f"eval {count}"] == report[f"tf.distribute {count}"], count
+        first_pass = report[f"eval {count}"][:-1]
+        assert sorted(x for step in first_pass for part in step for x in part) == list(range(count))
+    assert report["train steps"] == 3  # 400 records, 8 replicas x 16: 3 whole global batches
+    seen = [x for step in report["train"] for part in step for x in part]
+    assert all(len(part) == 16 for step in report["train"] for part in step)
+    assert len(seen) == 3 * 128 and len(set(seen)) == len(seen)
+    assert set(seen) <= set(range(400))
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """Two epochs under MirroredStrategy with 8 logical CPU replicas, 16 images each."""

@@ -37,12 +37,14 @@ class Validation(keras.callbacks.Callback):
     def __init__(
         self,
         strategy: tf.distribute.Strategy,
-        dataset: tf.data.Dataset,
+        batches,
         steps: int,
         interim_steps: int | None = None,
     ):
+        """`batches`: the eval split's batches, repeated without end and distributed by
+        `strategy` (`train.distributed_evaluation_data`); `steps` of them are one pass."""
         super().__init__()
-        self._iterator = iter(strategy.experimental_distribute_dataset(dataset.repeat()))
+        self._iterator = iter(batches)
         self._strategy, self._steps = strategy, steps
         self._interim_steps = min(steps, interim_steps or steps)
         self._evaluate = None

@@ -190,12 +190,24 @@ def training_dataset(
 
 
 def evaluation_dataset(
-    images: tf.Tensor, labels: tf.Tensor, global_batch_size: int
+    images: tf.Tensor,
+    labels: tf.Tensor,
+    global_batch_size: int,
+    replica: tuple[int, int] | None = None,
 ) -> tf.data.Dataset:
-    """Un-augmented batches; the last partial batch is kept so every record counts."""
-    return (
-        tf.data.Dataset.from_tensor_slices((images, labels))
-        .batch(global_batch_size)
-        .prefetch(PARALLEL_BATCHES)
-        .with_options(_without_autotuning())
-    )
+    """Un-augmented batches; the last partial batch is kept so every record counts.
+
+    With `replica` (index, count), the input pipeline of one of `count` replicas: its slice
+    of each global batch, split as tf.distribute splits a batch between replicas (slices
+    of ceil(n / count), so a short last batch can leave a replica fewer or none), so every
+    replica has the same number of batches per pass."""
+    batches = tf.data.Dataset.from_tensor_slices((images, labels)).batch(global_batch_size)
+    if replica is not None:
+        index, count = replica
+
+        def mine(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            size = (tf.shape(x)[0] + count - 1) // count
+            return x[index * size : (index + 1) * size], y[index * size : (index + 1) * size]
+
+        batches = batches.map(mine)
+    return batches.prefetch(PARALLEL_BATCHES).with_options(_without_autotuning())
