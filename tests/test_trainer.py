@@ -137,15 +137,7 @@ def test_cpu_replicas_read_through_a_pipeline_each_what_tf_distribute_would_hand
     whose teardown waited 60-120 s on tf.data's autotuner): every step, each replica's
     slice of the eval split is the one tf.distribute's own split gives it, and an epoch
     of training hands out whole per-replica batches, no record twice."""
-    done = subprocess.run(
-        [sys.executable, "-c", PER_REPLICA_INPUT],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = json.loads(_run(PER_REPLICA_INPUT).strip().splitlines()[-1])
     assert report["per_replica"] is True and report["pipelines"] == 8
     for count in (40, 300):
         assert report[f"eval {count}"] == report[f"tf.distribute {count}"], count
