@@ -99,7 +99,6 @@ def _run(code, *args, env_extra=None):
 
 PER_REPLICA_INPUT = textwrap.dedent("""
     import json
-    import numpy as np
     import components
     from components.trainer import data, train
     from components.trainer.config import TrainingConfig
