@@ -86,7 +86,8 @@ def training_section(summary: RunSummary) -> dict[str, Any] | None:
             training.resumed_from_epoch,
         ]
     )
-    return {"setup": setup, "curves": png_of(figure), "epochs": rows}
+    curves = png_of(figure, dict(left=0.06, right=0.99, top=0.9, bottom=0.17, wspace=0.25))
+    return {"setup": setup, "curves": curves, "epochs": rows}
 
 
 def _eval_accuracy(epoch: dict[str, Any]) -> str:
@@ -129,7 +130,7 @@ def evaluation_section(summary: RunSummary) -> dict[str, Any] | None:
     section = {
         "accuracy": f"{100 * evaluation.eval_accuracy:.2f}%",
         "gate": None if gate is None else f"{100 * gate:.0f}%",
-        "figure": png_of(figure),
+        "figure": png_of(figure, dict(left=0.08, right=0.98, top=0.94, bottom=0.2, wspace=0.3)),
         "classes": rows,
         "mistakes": None,
     }

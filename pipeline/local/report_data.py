@@ -26,12 +26,17 @@ from pipeline.local.summary import RunSummary
 SAMPLES_PER_CLASS = 8
 
 
-def png_of(figure) -> str:
-    """A matplotlib figure as a PNG data URI (the figure is closed)."""
+def png_of(figure, margins: dict[str, float]) -> str:
+    """A matplotlib figure as a PNG data URI (the figure is closed), laid out by fixed
+    `margins` (`Figure.subplots_adjust`'s fractions), drawn once: `tight_layout` and
+    `bbox_inches="tight"` each draw the whole figure once more to measure its labels, which
+    took more than half of the report's time (docs/performance.md). The labels are the fixed
+    class and feature names, so a figure's margins are set once for it."""
     import matplotlib.pyplot as plt
 
+    figure.subplots_adjust(**margins)
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    figure.savefig(buffer, format="png", dpi=100)
     plt.close(figure)
     return _png_data_uri(buffer.getvalue())
 
@@ -65,7 +70,7 @@ def data_section(summary: RunSummary, train) -> dict[str, Any]:
         axis.bar(np.arange(NUM_CLASSES), [per_class.get(i, 0) for i in range(NUM_CLASSES)])
         axis.set_xticks(np.arange(NUM_CLASSES), LABEL_NAMES, rotation=30, fontsize=8)
         axis.set_ylabel("eval records")
-        chart = png_of(figure)
+        chart = png_of(figure, dict(left=0.08, right=0.98, top=0.95, bottom=0.22))
     images, labels, _ = train
     samples, captions = [], []
     for label in range(NUM_CLASSES):
@@ -158,8 +163,9 @@ def _histograms_figure(named_stats: dict[str, Any]) -> str:
         axis.set_title(name.removeprefix("image_").replace("_", " "), fontsize=9)
         axis.tick_params(labelsize=7)
     axes.flat[0].legend(fontsize=7)
-    figure.tight_layout()
-    return png_of(figure)
+    return png_of(
+        figure, dict(left=0.05, right=0.99, top=0.94, bottom=0.06, wspace=0.28, hspace=0.3)
+    )
 
 
 def comparison_section(summary: RunSummary) -> dict[str, Any] | None:
