@@ -40,6 +40,17 @@ def pytest_collection_modifyitems(config, items):
                 break
 
 
+@pytest.fixture(scope="session", autouse=True)
+def subprocess_temp_dir(tmp_path_factory):
+    """The processes tests start keep their temporary files (AutoGraph's generated modules,
+    Beam's pipeline folders) under pytest's own temporary folder, which pytest prunes, not in
+    the machine's /tmp: a run a test kills on purpose cannot clean up after itself."""
+    folder = tmp_path_factory.mktemp("tmp")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(folder))
+        yield folder
+
+
 def cli(*args, timeout=900):
     """`cifar10-pipeline ARGS` in a fresh CPU-only process."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
