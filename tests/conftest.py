@@ -9,6 +9,7 @@ import contextlib
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -42,12 +43,14 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session", autouse=True)
 def subprocess_temp_dir(tmp_path_factory):
-    """The processes tests start keep their temporary files (AutoGraph's generated modules,
-    Beam's pipeline folders) under pytest's own temporary folder, which pytest prunes, not in
-    the machine's /tmp: a run a test kills on purpose cannot clean up after itself."""
+    """Tests and the processes they start keep their temporary files (AutoGraph's generated
+    modules, Beam's pipeline folders) under pytest's own temporary folder, which pytest
+    prunes, not in the machine's /tmp: a run a test kills on purpose cannot clean up after
+    itself, nor can a Beam pipeline whose construction a test makes fail."""
     folder = tmp_path_factory.mktemp("tmp")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TMPDIR", str(folder))
+        patch.setattr(tempfile, "tempdir", str(folder))  # this process's own, once read
         yield folder
 
 
