@@ -42,7 +42,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def subprocess_temp_dir(tmp_path_factory):
+def temporary_files_under_pytest(tmp_path_factory):
     """Tests and the processes they start keep their temporary files (AutoGraph's generated
     modules, Beam's pipeline folders) under pytest's own temporary folder, which pytest
     prunes, not in the machine's /tmp: a run a test kills on purpose cannot clean up after
