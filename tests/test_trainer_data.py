@@ -42,12 +42,41 @@ def test_training_epochs_cover_each_image_once_in_a_new_order():
         np.testing.assert_array_equal(batch_images.reshape(BATCH, -1).min(axis=1), batch_labels)
 
 
-def test_a_resumed_run_sees_the_order_an_unbroken_run_would():
-    images, labels = _indexed_images()
+def _textured_images() -> tuple[tf.Tensor, tf.Tensor]:
+    """Random pixels, so any difference of flip or shift shows in the batch."""
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (COUNT, 32, 32, 3), dtype=np.uint8)
+    return tf.constant(images), tf.constant(np.arange(COUNT, dtype=np.int64))
+
+
+def test_a_resumed_run_sees_the_batches_an_unbroken_run_would():
+    """The same images in the same order, flipped and shifted the same way: a random state
+    that restarts with the process would shift a resumed run's batches differently."""
+    images, labels = _textured_images()
     steps = COUNT // BATCH
     unbroken = _epochs(data.training_dataset(images, labels, BATCH, seed=3), 3, steps)
     resumed = _epochs(data.training_dataset(images, labels, BATCH, seed=3, first_epoch=2), 1, steps)
     assert [b.tolist() for _, b in resumed[0]] == [b.tolist() for _, b in unbroken[2]]
+    for (resumed_images, _), (unbroken_images, _) in zip(resumed[0], unbroken[2]):
+        np.testing.assert_array_equal(resumed_images, unbroken_images)
+
+
+def test_augmentation_is_fixed_by_the_seed_and_differs_between_input_pipelines():
+    """Two builds with one seed give identical batches whatever order the parallel map
+    calls ran in; another input pipeline of the run (`stream`) or another seed shifts the
+    same images differently."""
+    images, labels = _textured_images()
+    steps = COUNT // BATCH
+
+    def batches(**kwargs) -> list[np.ndarray]:
+        dataset = data.training_dataset(images, labels, BATCH, **kwargs)
+        return [x for epoch in _epochs(dataset, 2, steps) for x, _ in epoch]
+
+    first, again = batches(seed=4), batches(seed=4)
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+    for other in (batches(seed=4, stream=1), batches(seed=5)):
+        assert any(not np.array_equal(a, b) for a, b in zip(first, other))
 
 
 def test_alternating_flip_mirrors_each_image_in_every_other_epoch():

@@ -98,15 +98,24 @@ def first_images(file_patterns: Sequence[str], count: int) -> np.ndarray:
     return batches[0].numpy()
 
 
-def translate_batch(images: tf.Tensor, translate: int = 2) -> tf.Tensor:
-    """Per-image random translation by up to `translate` pixels (reflect padding)."""
+def translate_batch(
+    images: tf.Tensor, translate: int = 2, seed: tf.Tensor | None = None
+) -> tf.Tensor:
+    """Per-image random translation by up to `translate` pixels (reflect padding). With
+    `seed` (a stateless seed, shape [2]) the offsets are a function of it alone; without,
+    they come from the op's own random state."""
     if not translate:
         return images
     batch = tf.shape(images)[0]
     padded = tf.pad(
         images, [[0, 0], [translate, translate], [translate, translate], [0, 0]], mode="REFLECT"
     )
-    offsets = tf.random.uniform([batch, 2], 0, 2 * translate + 1, dtype=tf.int32)
+    if seed is None:
+        offsets = tf.random.uniform([batch, 2], 0, 2 * translate + 1, dtype=tf.int32)
+    else:
+        offsets = tf.random.stateless_uniform(
+            [batch, 2], seed, minval=0, maxval=2 * translate + 1, dtype=tf.int32
+        )
     rows = offsets[:, 0:1] + tf.range(32)[None, :]  # [B, 32]
     cols = offsets[:, 1:2] + tf.range(32)[None, :]
     images = tf.gather(padded, rows, axis=1, batch_dims=1)  # [B, 32, W+2t, C]
@@ -121,7 +130,8 @@ def flip_batch(images: tf.Tensor, flip: tf.Tensor) -> tf.Tensor:
 def augment_batch(
     images: tf.Tensor, labels: tf.Tensor, translate: int = 2
 ) -> tuple[tf.Tensor, tf.Tensor]:
-    """Per-image random horizontal flip and translation, batched."""
+    """Per-image random horizontal flip and translation, batched, from the ops' own random
+    state (the throughput probe's input; the Trainer's is `training_dataset`)."""
     flip = tf.random.uniform([tf.shape(images)[0]]) < 0.5
     return translate_batch(flip_batch(images, flip), translate), labels
 
@@ -140,13 +150,18 @@ def training_dataset(
     alternating_flip: bool = False,
     first_epoch: int = 0,
     batches_per_epoch: int | None = None,
+    stream: int = 0,
 ) -> tf.data.Dataset:
     """Shuffled, augmented, fixed-shape batches of `batch_size` (per replica when a
     strategy's input function calls it), epoch after epoch without end; every
-    epoch is one pass (drop remainder) in an order fixed by (`seed`, epoch), so a run
-    resumed at `first_epoch` sees the batches an unbroken run would have. With
-    `batches_per_epoch`, an epoch is that many batches of the pass (so that every replica
-    and worker ends its epoch on the same step).
+    epoch is one pass (drop remainder) in an order fixed by (`seed`, epoch), and each
+    batch's flips and shifts are fixed by (`seed`, `stream`, epoch, its place in the
+    epoch): a run resumed at `first_epoch` sees the very batches an unbroken run would
+    have, and no run depends on which of the parallel map calls happened to draw from a
+    random state first. `stream` tells the input pipelines of one run apart (a worker's,
+    a TPU host's) so that they draw different shifts. With `batches_per_epoch`, an epoch
+    is that many batches of the pass (so that every replica and worker ends its epoch on
+    the same step).
 
     Shuffles indices and gathers whole batches from the cached tensors: a shuffle buffer
     of 45,000 image slices costs seconds to fill and to tear down each epoch. With
@@ -162,6 +177,9 @@ def training_dataset(
             f"this shard has {count}"
         )
     mirrored_first = tf.random.stateless_uniform([count], seed=[seed, -1]) < 0.5
+    stream_seed = tf.random.experimental.stateless_fold_in(
+        tf.constant([seed, -2], tf.int64), tf.constant(stream, tf.int64)
+    )
 
     def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
         epoch_seed = tf.stack([tf.constant(seed, tf.int64), epoch])
@@ -169,16 +187,24 @@ def training_dataset(
         return (
             tf.data.Dataset.from_tensor_slices(order[:used])
             .batch(batch_size, drop_remainder=True)
-            .map(lambda indices: (indices, epoch))
+            .enumerate()
+            .map(lambda step, indices: (indices, epoch, step))
         )
 
-    def gather(indices: tf.Tensor, epoch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def gather(
+        indices: tf.Tensor, epoch: tf.Tensor, step: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        batch_seed = tf.random.experimental.stateless_fold_in(
+            tf.random.experimental.stateless_fold_in(stream_seed, epoch), step
+        )
+        flip_seed, shift_seed = tf.unstack(tf.random.experimental.stateless_split(batch_seed, 2))
         batch = tf.gather(images, indices)
         if alternating_flip:
             flip = tf.not_equal(tf.gather(mirrored_first, indices), tf.equal(epoch % 2, 1))
         else:
-            flip = tf.random.uniform([tf.size(indices)]) < 0.5
-        return translate_batch(flip_batch(batch, flip)), tf.gather(labels, indices)
+            flip = tf.random.stateless_uniform([tf.size(indices)], flip_seed) < 0.5
+        shifted = translate_batch(flip_batch(batch, flip), seed=shift_seed)
+        return shifted, tf.gather(labels, indices)
 
     return (
         tf.data.Dataset.range(first_epoch, 2**62)

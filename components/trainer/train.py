@@ -238,6 +238,7 @@ def _distributed_training_data(
             alternating_flip=run.recipe.alternating_flip,
             first_epoch=first_epoch,
             batches_per_epoch=steps_per_epoch * replicas_here,
+            stream=context.input_pipeline_id,
         )
 
     return run.strategy.distribute_datasets_from_function(dataset_fn, _input_options(run))
