@@ -358,6 +358,7 @@ def kubeflow_push(kubeflow_file, tiny_archive, tmp_path_factory):
 
 
 @pytest.mark.integration
+@pytest.mark.kfp_local_run
 @pytest.mark.xdist_group("kfp_local")
 def test_the_kubeflow_file_runs_end_to_end_and_pushes(kubeflow_push):
     done, out, _ = kubeflow_push
@@ -372,6 +373,7 @@ def test_the_kubeflow_file_runs_end_to_end_and_pushes(kubeflow_push):
 
 
 @pytest.mark.integration
+@pytest.mark.kfp_local_run
 @pytest.mark.xdist_group("kfp_local")
 def test_the_next_run_reads_the_pushed_statistics_back(
     kubeflow_file, kubeflow_push, tiny_archive, tmp_path
@@ -397,6 +399,7 @@ def test_the_next_run_reads_the_pushed_statistics_back(
 
 
 @pytest.mark.integration
+@pytest.mark.kfp_local_run
 @pytest.mark.xdist_group("kfp_local")
 def test_the_vertex_file_runs_up_to_training(tmp_path):
     """A Vertex file compiled for a folder of images in a bucket: every step before
@@ -417,6 +420,7 @@ def test_the_vertex_file_runs_up_to_training(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.kfp_local_run
 @pytest.mark.xdist_group("kfp_local")
 def test_the_same_file_runs_nightly_over_a_span_folder(kubeflow_file, kubeflow_push, tmp_path):
     """Run 1 (span-1) pushed; span-2 arrives and run 2 warm-starts from the served model and
