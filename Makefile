@@ -79,12 +79,14 @@ TEST_WORKERS ?= 2
 local-kfp: $(STAMP) $(KFP_STAMP)
 	$(VENV)/bin/cifar10-pipeline local-kfp $(ARGS)
 
+# The tests with targets of their own (test-multi-worker, test-kfp-local), left out of both.
+OWN_TARGETS := not multi_worker and not kfp_local_run
+
 test: lint $(KFP_STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not multi_worker and not kfp_local_run" $(ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "$(OWN_TARGETS)" $(ARGS)
 
 test-unit: lint $(KFP_STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup \
-		-m "not integration and not multi_worker and not kfp_local_run" $(ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not integration and $(OWN_TARGETS)" $(ARGS)
 
 # The compiled Kubeflow and Vertex files run end to end under kfp.local: five runs of up to
 # nine step processes, each importing TFX anew (about 6 minutes of one core on a slow 2-core
