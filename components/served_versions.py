@@ -1,0 +1,139 @@
+"""The serving folder, `<serving_model_dir>/<version>/`, read in one place: which versions are
+complete, which one TF Serving serves (the newest complete one), what each version records
+(the spans it was trained on, ancestors' included), and the served state a run reads once
+(`ServedState`, what the pipeline's first step hands every later step).
+
+Plain functions over paths, local or remote (gs://, s3://, through tf.io.gfile, imported only
+for remote paths): the CLI reads the served state before TFX loads, the pipeline's first step
+on every runner, the Pusher when it checks that the served version is still the one the run
+judged against. Nothing else lists the serving folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import posixpath
+
+from components.contract import SAVED_MODEL_FILE, SERVED_SPANS_FILE, newest_served_version
+
+
+def _gfile():
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+def _remote(path: str) -> bool:
+    return "://" in path
+
+
+def join(*parts: str) -> str:
+    return posixpath.join(*parts) if _remote(parts[0]) else os.path.join(*parts)
+
+
+def exists(path: str) -> bool:
+    return _gfile().exists(path) if _remote(path) else os.path.exists(path)
+
+
+def listdir(path: str) -> list[str]:
+    """Names directly under `path` (no trailing slash); empty when it does not exist."""
+    if _remote(path):
+        return sorted(n.rstrip("/") for n in _gfile().listdir(path)) if exists(path) else []
+    return sorted(os.listdir(path)) if os.path.isdir(path) else []
+
+
+def read_text(path: str) -> str:
+    if _remote(path):
+        with _gfile().GFile(path) as handle:
+            return handle.read()
+    with open(path) as handle:
+        return handle.read()
+
+
+def is_complete(serving_model_dir: str, version: str) -> bool:
+    """A version is complete once its saved_model.pb exists: every push writes it last, and
+    TF Serving loads nothing before it."""
+    return version.isdigit() and exists(join(serving_model_dir, version, SAVED_MODEL_FILE))
+
+
+def complete_versions(serving_model_dir: str) -> list[str]:
+    """The complete versions, oldest (lowest number) first."""
+    if not serving_model_dir:
+        return []
+    names = [n for n in listdir(serving_model_dir) if n.isdigit()]
+    return sorted((n for n in names if is_complete(serving_model_dir, n)), key=int)
+
+
+def newest_complete_version(serving_model_dir: str) -> str | None:
+    """The version TF Serving serves: the highest-numbered complete one, or None."""
+    if not serving_model_dir:
+        return None
+    return newest_served_version(
+        listdir(serving_model_dir), lambda name: is_complete(serving_model_dir, name)
+    )
+
+
+def version_spans(serving_model_dir: str, version: str) -> dict[int, str]:
+    """{span: fingerprint} a version was trained on, its starting model's spans included
+    (the Pusher records both); {} for a version that records none."""
+    record = join(serving_model_dir, version, SERVED_SPANS_FILE)
+    if not exists(record):
+        return {}
+    return {int(k): v for k, v in json.loads(read_text(record))["fingerprints"].items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class ServedState:
+    """What is served when a run starts, read once: the newest complete version (None when
+    nothing is), the spans it was trained on with fingerprints (ancestors' included), and
+    every span any complete version recorded (number -> (fingerprint, version)), against
+    which a changed span is refused."""
+
+    serving_model_dir: str = ""
+    version: str | None = None
+    spans: dict[int, str] = dataclasses.field(default_factory=dict)
+    published: dict[int, tuple[str, str]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def version_dir(self) -> str:
+        return join(self.serving_model_dir, self.version) if self.version else ""
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "serving_model_dir": self.serving_model_dir,
+                "version": self.version,
+                "spans": {str(k): v for k, v in sorted(self.spans.items())},
+                "published": {str(k): list(v) for k, v in sorted(self.published.items())},
+            },
+            indent=1,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> ServedState:
+        data = json.loads(text)
+        return cls(
+            serving_model_dir=data["serving_model_dir"],
+            version=data["version"],
+            spans={int(k): v for k, v in data["spans"].items()},
+            published={int(k): (v[0], v[1]) for k, v in data["published"].items()},
+        )
+
+
+def read_served_state(serving_model_dir: str) -> ServedState:
+    """The serving folder's state now: one listing, one record read per complete version."""
+    versions = complete_versions(serving_model_dir)
+    published: dict[int, tuple[str, str]] = {}
+    records = {version: version_spans(serving_model_dir, version) for version in versions}
+    for version in versions:  # oldest first: the first version to publish a span names it
+        for number, fingerprint in records[version].items():
+            published.setdefault(number, (fingerprint, version))
+    newest = versions[-1] if versions else None
+    return ServedState(
+        serving_model_dir=serving_model_dir,
+        version=newest,
+        spans=records[newest] if newest else {},
+        published=published,
+    )
