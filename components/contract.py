@@ -65,9 +65,15 @@ VALIDATION_GATE_NODE = "DataValidationGate"
 TRAINER_NODE = "Trainer"
 EVALUATOR_NODE = "Evaluator"
 PUSHER_NODE = "AtomicPusher"
-# The pipeline's nodes in the order they run, besides ServedModelBaseline (which only reads
-# the serving folder): what a complete run has a stage for.
+# The first step of every run: the served state, read once from the serving folder.
+SERVED_STATE_NODE = "ServedState"
+# Nodes whose output depends on what the span folders or the serving folder hold when they
+# run: a cached execution would hand on an old span or an old served version, so no runner
+# and no submit option caches them.
+RUNTIME_STATE_NODES = (SERVED_STATE_NODE, EXAMPLE_GEN_NODE)
+# The pipeline's nodes in the order they run: what a complete run has a stage for.
 PIPELINE_NODES = (
+    SERVED_STATE_NODE,
     EXAMPLE_GEN_NODE,
     SCHEMA_NODE,
     STATISTICS_NODE,
@@ -94,9 +100,18 @@ COMPARISON_FILE = "comparison.json"
 # The spans (number -> content fingerprint) a run ingested: written by the ExampleGen into its
 # Examples artifact, kept by the Pusher beside saved_model.pb; span 0 is a plain source.
 SERVED_SPANS_FILE = "training_spans.json"
-# Beside ServedModelBaseline's copy of the served version (`<uri>/Format-Serving`): the
-# served version folder it was copied from (what a warm-started run names).
-SERVED_FROM_FILE = "served_from.txt"
+# In the ServedState step's output, beside its copy of the served version
+# (`<uri>/Format-Serving`) and that version's training statistics: the served state
+# (components/served_versions.py: ServedState), which every later step reads.
+SERVED_STATE_FILE = "served_state.json"
+# Beside a warm-started Trainer's model (`<model uri>/`): the served version it started from
+# and that version's spans, which the Pusher adds to the new version's record (lineage).
+WARM_START_FILE = "warm_started_from.json"
+# The custom property a night with nothing new sets on the ExampleGen's Examples (1) and
+# every later step passes on: nothing is validated, trained, evaluated or pushed, and the
+# run succeeds with outcome `no_new_span`.
+NO_NEW_SPAN_PROPERTY = "no_new_span"
+NO_NEW_SPAN_REASON_PROPERTY = "no_new_span_reason"
 
 
 def newest_served_version(names: Iterable[str], holds_model: Callable[[str], bool]) -> str | None:

@@ -16,7 +16,13 @@ import json
 import os
 import posixpath
 
-from components.contract import SAVED_MODEL_FILE, SERVED_SPANS_FILE, newest_served_version
+from components.contract import (
+    SAVED_MODEL_FILE,
+    SERVED_SPANS_FILE,
+    SERVED_STATE_FILE,
+    SERVED_STATISTICS_FILE,
+    newest_served_version,
+)
 
 
 def _gfile():
@@ -137,3 +143,17 @@ def read_served_state(serving_model_dir: str) -> ServedState:
         spans=records[newest] if newest else {},
         published=published,
     )
+
+
+def load_served_state(artifact_uri: str) -> ServedState:
+    """The served state the ServedState step wrote into its output artifact (`artifact_uri`);
+    an empty state when the artifact holds none (no input wired, nothing read)."""
+    path = join(artifact_uri, SERVED_STATE_FILE) if artifact_uri else ""
+    return ServedState.from_json(read_text(path)) if path and exists(path) else ServedState()
+
+
+def served_statistics_file(artifact_uri: str) -> str | None:
+    """The served version's training statistics as the ServedState step copied them into its
+    output artifact, or None when that version keeps none (or nothing is served)."""
+    path = join(artifact_uri, SERVED_STATISTICS_FILE) if artifact_uri else ""
+    return path if path and exists(path) else None

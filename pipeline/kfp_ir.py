@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from components.contract import RUNTIME_STATE_NODES
 from pipeline.common.files import write_atomically
 from pipeline.settings.config import PipelineConfig
 
@@ -34,9 +35,9 @@ def runner_config(image: str):
     )
 
 
-# The ExampleGen lists the span folders when it runs, so a cached execution would serve an
-# old span as the newest: that one task is compiled with caching off.
-UNCACHED_TASKS = ("Cifar10ExampleGen",)
+# Compiled with caching off, and no submit option turns caching on for them
+# (pipeline/vertex/pipeline_file.py: with_caching).
+UNCACHED_TASKS = RUNTIME_STATE_NODES
 
 
 def parameter_defaults(config: PipelineConfig) -> dict[str, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tfx.components import ExampleValidator, StatisticsGen, Trainer
+from tfx.components import ExampleValidator, StatisticsGen
 from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen
 from tfx.orchestration import metadata as tfx_metadata
 from tfx.orchestration import pipeline as tfx_pipeline
@@ -28,10 +28,11 @@ from components.contract import (
     TRAIN_SPLIT,
     TRAINER_NODE,
 )
-from components.served_model_baseline.component import ServedBaselineEvaluator, ServedModelBaseline
+from components.served_state.component import ServedBaselineEvaluator, ServedState
 from components.trainer.config import CHECKPOINT_ROOT_KEY, LOCAL_WORKERS_KEY
 from components.trainer.config import CUSTOM_CONFIG_KEY as TRAINING_CONFIG_KEY
 from components.trainer.local_workers import MultiWorkerTrainer
+from components.trainer.nothing_new import PassThroughTrainer
 from components.validation_gate.comparison import statistics_options
 from components.validation_gate.component import DataValidationGate
 from pipeline.settings.config import KubeflowConfig, PipelineConfig, VertexConfig
@@ -149,27 +150,27 @@ def _trainer(config: PipelineConfig, examples, schema, served_model):
     }
     if config.vertex is not None:
         # Only here: google-cloud-aiplatform takes seconds to import, which local runs skip.
-        from tfx.extensions.google_cloud_ai_platform.trainer.component import (
-            Trainer as VertexTrainer,
-        )
+        from components.trainer.vertex_trainer import VertexTrainer
 
         trainer = VertexTrainer(
             **trainer_args,
             custom_config={**_vertex_training_args(config.vertex), **training_config},
-        )
+        ).with_id(TRAINER_NODE)
     elif config.local_workers > 1:
         trainer = MultiWorkerTrainer(
             **trainer_args,
             custom_config={**training_config, LOCAL_WORKERS_KEY: config.local_workers},
         ).with_id(TRAINER_NODE)
     else:
-        trainer = Trainer(**trainer_args, custom_config=training_config)
+        trainer = PassThroughTrainer(**trainer_args, custom_config=training_config).with_id(
+            TRAINER_NODE
+        )
     if config.kubeflow is not None:
         trainer.with_platform_config(_kubeflow_trainer_resources(config.kubeflow))
     return trainer
 
 
-def _pusher(config: PipelineConfig, model, blessing, serving_model_dir: str, statistics, examples):
+def _pusher(config: PipelineConfig, model, blessing, statistics, examples, served_model):
     """Vertex's Pusher when deploying to an endpoint; else AtomicPusher into the serving
     directory, each version with its training data's statistics beside it."""
     if config.vertex is not None and config.vertex.endpoint:
@@ -195,9 +196,10 @@ def _pusher(config: PipelineConfig, model, blessing, serving_model_dir: str, sta
     return AtomicPusher(
         model=model,
         model_blessing=blessing,
-        base_directory=serving_model_dir,
+        base_directory=config.serving_model_dir,
         statistics=statistics,
         examples=examples,
+        served_model=served_model,
     )
 
 
@@ -215,48 +217,42 @@ def _span_settings(config: PipelineConfig) -> dict:
 
 
 def create_pipeline(config: PipelineConfig) -> tfx_pipeline.Pipeline:
-    serving_model_dir = config.serving_model_dir
+    # The served state, read once, first: every step that needs what is served (the
+    # ExampleGen's nothing-stale rule, the gate's drift baseline, warm start, the Evaluator's
+    # baseline, the Pusher's check that it is still served) reads this one artifact.
+    served_state = ServedState(config.serving_model_dir, read_key=config.served_read_key)
+    served_model = served_state.outputs["served_model"]
     example_gen = Cifar10ExampleGen(
         source_uri=config.source_uri,
         source_fingerprint=config.source_fingerprint,
         eval_fraction=config.eval_fraction,
-        serving_model_dir=serving_model_dir,
+        served_model=served_model,
         **_span_settings(config),
     )
+    examples = example_gen.outputs["examples"]
     schema_gen = ImportSchemaGen(schema_file=config.schema_path)
     statistics_gen = StatisticsGen(
-        examples=example_gen.outputs["examples"],
+        examples=examples,
         schema=schema_gen.outputs["schema"],
         stats_options=statistics_options(),
     )
     example_validator = ExampleValidator(
         statistics=statistics_gen.outputs["statistics"], schema=schema_gen.outputs["schema"]
     )
-    # The served model is read from the serving directory (its spans by the ExampleGen, its
-    # training statistics by the gate, the model itself by ServedModelBaseline, for warm start
-    # and as the Evaluator's baseline): ordinary steps, where a Resolver would compile to
-    # executors that only some orchestrators implement.
-    served_model = ServedModelBaseline(
-        examples=example_gen.outputs["examples"], serving_model_dir=serving_model_dir
-    )
     validation_gate = DataValidationGate(
         statistics=statistics_gen.outputs["statistics"],
         anomalies=example_validator.outputs["anomalies"],
         schema=schema_gen.outputs["schema"],
-        serving_model_dir=serving_model_dir,
+        served_model=served_model,
+        examples=examples,
         accept_drift=config.accept_drift,
     )
-    trainer = _trainer(
-        config,
-        example_gen.outputs["examples"],
-        schema_gen.outputs["schema"],
-        served_model.outputs["baseline_model"],
-    )
+    trainer = _trainer(config, examples, schema_gen.outputs["schema"], served_model)
     trainer.add_upstream_node(validation_gate)
     evaluator = ServedBaselineEvaluator(
-        examples=example_gen.outputs["examples"],
+        examples=examples,
         model=trainer.outputs["model"],
-        baseline_model=served_model.outputs["baseline_model"],
+        baseline_model=served_model,
         example_splits=[EVAL_SPLIT],
         eval_config=eval_config(config.accuracy_gate, config.max_regression),
     ).with_id(EVALUATOR_NODE)
@@ -264,9 +260,9 @@ def create_pipeline(config: PipelineConfig) -> tfx_pipeline.Pipeline:
         config,
         trainer.outputs["model"],
         evaluator.outputs["blessing"],
-        serving_model_dir,
         statistics_gen.outputs["statistics"],
-        example_gen.outputs["examples"],
+        examples,
+        served_model,
     )
 
     metadata = (
@@ -278,12 +274,12 @@ def create_pipeline(config: PipelineConfig) -> tfx_pipeline.Pipeline:
         pipeline_name=config.pipeline_name,
         pipeline_root=config.pipeline_root,
         components=[
+            served_state,
             example_gen,
             schema_gen,
             statistics_gen,
             example_validator,
             validation_gate,
-            served_model,
             trainer,
             evaluator,
             pusher,

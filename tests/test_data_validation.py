@@ -30,7 +30,6 @@ from components.validation_gate.comparison import (
 from components.validation_gate.executor import Executor
 from components.validation_gate.spec import (
     ACCEPT_DRIFT_KEY,
-    SERVING_MODEL_DIR_KEY,
 )
 
 import cifar_fixtures as fx
@@ -117,6 +116,17 @@ def _served(tmp_path, statistics, version="1700000000"):
     return tmp_path / "serving"
 
 
+def _served_state(tmp_path, serving_dir):
+    from components.served_state import executor as served_state
+
+    served = standard_artifacts.Model()
+    served.uri = str(tmp_path / "served_state")
+    served_state.Executor().Do(
+        {}, {"served_model": [served]}, {"serving_model_dir": str(serving_dir)}
+    )
+    return served
+
+
 def _gate(tmp_path, train, evals, serving_dir="", accept_drift=False):
     """Runs the gate's executor on statistics of (images, labels) per split; returns the
     comparison it wrote."""
@@ -141,11 +151,10 @@ def _gate(tmp_path, train, evals, serving_dir="", accept_drift=False):
     comparison = standard_artifacts.ExampleAnomalies()
     comparison.uri = str(tmp_path / "comparison")
     os.makedirs(comparison.uri)
-    Executor().Do(
-        {"statistics": [statistics], "anomalies": [anomalies], "schema": [schema]},
-        {"comparison": [comparison]},
-        {SERVING_MODEL_DIR_KEY: str(serving_dir), ACCEPT_DRIFT_KEY: int(accept_drift)},
-    )
+    inputs = {"statistics": [statistics], "anomalies": [anomalies], "schema": [schema]}
+    if serving_dir:  # what the run's first step read from the serving folder
+        inputs["served_model"] = [_served_state(tmp_path, serving_dir)]
+    Executor().Do(inputs, {"comparison": [comparison]}, {ACCEPT_DRIFT_KEY: int(accept_drift)})
     return json.loads((tmp_path / "comparison" / COMPARISON_FILE).read_text())
 
 

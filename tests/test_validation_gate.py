@@ -1,6 +1,7 @@
 """DataValidationGate on real TFDV statistics and anomalies, computed against the curated
 schema: clean data passes, each planted problem stops the run and is named."""
 
+import json
 import os
 
 import numpy as np
@@ -159,3 +160,15 @@ def test_every_problem_is_listed(tmp_path):
     message = str(caught.value)
     assert "feature 'label'" in message and "feature 'image_raw'" in message
     assert np.char.count(message, "\n  - ") >= 2
+
+
+def test_a_night_with_nothing_new_passes_without_validating(tmp_path):
+    """The ExampleGen found no new span and wrote empty splits: the gate passes the night on
+    (the run ends successful, nothing trained) and says why, where empty splits would stop it."""
+    examples = standard_artifacts.Examples()
+    examples.set_int_custom_property("no_new_span", 1)
+    examples.set_string_custom_property("no_new_span_reason", "no new span: served version 7")
+    inputs = {**_artifacts(tmp_path, {"train": [], "eval": []}), "examples": [examples]}
+    Executor().Do(inputs, _outputs(tmp_path), {})
+    written = json.loads((tmp_path / "comparison" / "comparison.json").read_text())
+    assert written == {"no_new_span": "no new span: served version 7"}

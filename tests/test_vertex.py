@@ -448,18 +448,41 @@ def test_submit_sends_a_pipeline_job_through_aiplatform_and_waits(
     assert body["serviceAccount"] == SERVICE_ACCOUNT and body["network"] == NETWORK
     assert body["labels"] == {"team": "vision", "cost-center": "42", "run": "nightly"}
     assert body["runtimeConfig"]["parameterValues"] == {"span": 3, "span_window": 1, "force": 0}
-    # --cache overrides the compiled --no-cache on every task.
-    for name in ("Cifar10ExampleGen", "StatisticsGen", "Trainer", "Evaluator"):
-        assert (
-            body["pipelineSpec"]["root"]["dag"]["tasks"][name]["cachingOptions"]["enableCache"]
-            is True
-        )
+    # --cache overrides the compiled --no-cache on every task but the two that read the span
+    # and serving folders: cached, they would replay an old night.
+    caching = {
+        name: task["cachingOptions"]["enableCache"]
+        for name, task in body["pipelineSpec"]["root"]["dag"]["tasks"].items()
+    }
+    assert caching.pop("ServedState") is False and caching.pop("Cifar10ExampleGen") is False
+    assert set(caching.values()) == {True}
     out, err = capsys.readouterr()
     assert f"Submitted {JOB_NAME}" in out and "ended: PIPELINE_STATE_SUCCEEDED" in out
     assert "Trainer: RUNNING" in err and "Trainer: SUCCEEDED" in err
     # Every poll asked for the job created, in the compiled project and region.
     assert _FakeVertex.created == JOB_NAME
     assert _FakeVertex.gets and set(_FakeVertex.gets) == {f"/v1/{JOB_NAME}"}
+
+
+@pytest.mark.parametrize("enable_caching", [True, False, None])
+def test_no_submit_option_caches_the_steps_that_read_span_or_serving_folders(
+    compiled, tmp_path, enable_caching
+):
+    """The body aiplatform's PipelineJob would send (anonymous credentials, no network):
+    aiplatform's own `enable_caching` overwrites every task's option, so submit applies the
+    choice to the file itself, leaving the served state and the ExampleGen uncached."""
+    from google.auth.credentials import AnonymousCredentials
+
+    path, _ = compiled
+    submission = vertex_file.load_submission(path, project="proj-x", enable_caching=enable_caching)
+    job = vertex_runner.pipeline_job(submission, AnonymousCredentials(), tmp_path)
+    tasks = job.to_dict()["pipelineSpec"]["root"]["dag"]["tasks"]
+    caching = {
+        name: task.get("cachingOptions", {}).get("enableCache") for name, task in tasks.items()
+    }
+    assert caching.pop("ServedState") is False and caching.pop("Cifar10ExampleGen") is False
+    expected = {True} if enable_caching is None else {enable_caching}  # compiled: cache on
+    assert set(caching.values()) == expected, caching
 
 
 def _submit_and_wait(path, endpoint, *flags):

@@ -17,6 +17,9 @@ class AtomicPusherSpec(ComponentSpec):
         "statistics": ChannelParameter(type=standard_artifacts.ExampleStatistics, optional=True),
         # The spans it was trained on (with fingerprints), kept for the nothing-stale rule.
         "examples": ChannelParameter(type=standard_artifacts.Examples, optional=True),
+        # The served state the run read at its start: the push stops if another version
+        # has been pushed since (the run was judged against a stale baseline).
+        "served_model": ChannelParameter(type=standard_artifacts.Model, optional=True),
     }
     OUTPUTS = {"pushed_model": ChannelParameter(type=standard_artifacts.PushedModel)}
 
@@ -35,6 +38,7 @@ class AtomicPusher(base_component.BaseComponent):
         base_directory: str,
         statistics: types.BaseChannel | None = None,
         examples: types.BaseChannel | None = None,
+        served_model: types.BaseChannel | None = None,
     ):
         super().__init__(
             spec=AtomicPusherSpec(
@@ -42,6 +46,7 @@ class AtomicPusher(base_component.BaseComponent):
                 model_blessing=model_blessing,
                 statistics=statistics,
                 examples=examples,
+                served_model=served_model,
                 base_directory=base_directory,
                 pushed_model=types.Channel(type=standard_artifacts.PushedModel),
             )

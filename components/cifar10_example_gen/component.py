@@ -28,7 +28,7 @@ class Cifar10ExampleGen(base_beam_component.BaseBeamComponent):
         eval_fraction: float = 0.1,
         span=-1,
         span_window=1,
-        serving_model_dir: str = "",
+        served_model: types.BaseChannel | None = None,
         force=0,
     ):
         if not 0.0 < eval_fraction < 1.0:
@@ -42,7 +42,7 @@ class Cifar10ExampleGen(base_beam_component.BaseBeamComponent):
             eval_fraction=eval_fraction,
             span=span,
             span_window=span_window,
-            serving_model_dir=serving_model_dir,
+            served_model=served_model,
             force=force,
             input_config=input_config,
             output_config=example_gen_pb2.Output(),

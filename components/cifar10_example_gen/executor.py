@@ -25,7 +25,7 @@ from components.cifar10_example_gen import sources, spans
 from components.cifar10_example_gen.spec import (
     EVAL_FRACTION_KEY,
     FORCE_KEY,
-    SERVING_MODEL_DIR_KEY,
+    SERVED_MODEL_KEY,
     SOURCE_URI_KEY,
     SPAN_KEY,
     SPAN_WINDOW_KEY,
@@ -36,9 +36,12 @@ from components.contract import (
     IMAGE_KEY,
     IMAGE_SUMMARY_FEATURES,
     LABEL_KEY,
+    NO_NEW_SPAN_PROPERTY,
+    NO_NEW_SPAN_REASON_PROPERTY,
     RECORD_ID_KEY,
     SERVED_SPANS_FILE,
 )
+from components.served_versions import ServedState, load_served_state
 
 # TFX's own ExampleGen file names: data_tfrecord-00000-of-00001.gz
 FILE_PREFIX = "data_tfrecord"
@@ -138,27 +141,30 @@ def ReadCifar10Splits(
     return {split: tagged[split] for split in SPLITS}
 
 
-def resolve_spans(exec_properties: dict[str, Any]) -> dict[int, tuple[str, str]]:
-    """{span: (source, content fingerprint)} this execution ingests: span 0 alone for a
-    plain source (no staleness rule); else the selected span folders, after the served
-    records are checked (raises spans.SpanError, spans.NoNewSpan)."""
-    root = exec_properties[SOURCE_URI_KEY]
-    folders = spans.span_folders(root)
-    if not folders:
-        return {0: (root, "")}
-    chosen = spans.select(
-        folders,
-        int(exec_properties.get(SPAN_KEY, spans.NEWEST)),
-        int(exec_properties.get(SPAN_WINDOW_KEY, 1)),
-    )
-    found = {n: spans.span_source(folders[n]) for n in chosen}
-    fingerprints = {n: spans.content_fingerprint(path) for n, path in found.items()}
-    spans.check_not_stale(
-        fingerprints,
-        spans.served_records(exec_properties.get(SERVING_MODEL_DIR_KEY, "")),
-        bool(int(exec_properties.get(FORCE_KEY, 0))),
-    )
-    return {n: (found[n], fingerprints[n]) for n in chosen}
+def _served(input_dict: dict[str, list[types.Artifact]]) -> ServedState:
+    """The served state this run read at its start (nothing served when not wired)."""
+    served = input_dict.get(SERVED_MODEL_KEY) or []
+    return load_served_state(served[0].uri) if served else ServedState()
+
+
+def _write_empty_splits(examples: types.Artifact) -> None:
+    """A night with nothing new: both splits hold no record, so the steps after the
+    ExampleGen (statistics, validation) run through in seconds and pass the night on."""
+    for split in SPLITS:
+        path = os.path.join(artifact_utils.get_split_uri([examples], split), FILE_PREFIX)
+        with tf.io.TFRecordWriter(f"{path}-00000-of-00001.gz", options="GZIP"):
+            pass
+
+
+def _unchanged_while_read(resolution: spans.Resolution) -> None:
+    """The fingerprints recorded are those of the data trained on: each span is fingerprinted
+    again after the read, and one that changed meanwhile is refused."""
+    for number, source in resolution.sources.items():
+        if number and spans.content_fingerprint(source) != resolution.fingerprints[number]:
+            raise spans.SpanError(
+                f"span-{number} ({source}): its content changed while it was being read; "
+                "a span must not change once complete"
+            )
 
 
 class Executor(BaseBeamExecutor):
@@ -175,25 +181,44 @@ class Executor(BaseBeamExecutor):
         self._log_startup(input_dict, output_dict, exec_properties)
         examples = artifact_utils.get_single_instance(output_dict[EXAMPLES_KEY])
         examples.split_names = artifact_utils.encode_split_names(list(SPLITS))
-        ingested = resolve_spans(exec_properties)
-        logging.info("Spans ingested: %s", sorted(ingested))
-        with self._make_beam_pipeline() as pipeline:
-            splits = pipeline | "ReadCifar10" >> ReadCifar10Splits(
-                {n: source for n, (source, _) in ingested.items()},
-                float(exec_properties[EVAL_FRACTION_KEY]),
+        resolution = spans.resolve(
+            exec_properties[SOURCE_URI_KEY],
+            int(exec_properties.get(SPAN_KEY, spans.NEWEST)),
+            int(exec_properties.get(SPAN_WINDOW_KEY, 1)),
+        )
+        examples.span, examples.version = max(resolution.numbers), 0
+        examples.set_string_custom_property("spans", ",".join(map(str, resolution.numbers)))
+        try:
+            spans.check_not_stale(
+                resolution.fingerprints,
+                _served(input_dict),
+                bool(int(exec_properties.get(FORCE_KEY, 0))),
             )
-            for split, split_examples in splits.items():
-                prefix = os.path.join(artifact_utils.get_split_uri([examples], split), FILE_PREFIX)
-                _ = split_examples | f"Write[{split}]" >> WriteStoredGzipTFRecords(prefix)
-        # TFX's span and version properties: the newest span ingested; data never changes
-        # under a published span number, so every span has one version.
-        examples.span, examples.version = max(ingested), 0
-        examples.set_string_custom_property("spans", ",".join(map(str, sorted(ingested))))
-        fingerprints = {n: fingerprint for n, (_, fingerprint) in ingested.items()}
+        except spans.NoNewSpan as nothing_new:
+            logging.info("%s", nothing_new)
+            _write_empty_splits(examples)
+            examples.set_int_custom_property(NO_NEW_SPAN_PROPERTY, 1)
+            examples.set_string_custom_property(NO_NEW_SPAN_REASON_PROPERTY, str(nothing_new))
+        else:
+            self._ingest(examples, resolution, float(exec_properties[EVAL_FRACTION_KEY]))
         io_utils.write_string_file(
-            os.path.join(examples.uri, SERVED_SPANS_FILE), spans.record_json(fingerprints)
+            os.path.join(examples.uri, SERVED_SPANS_FILE),
+            spans.record_json(resolution.fingerprints),
         )
         examples_utils.set_payload_format(examples, example_gen_pb2.FORMAT_TF_EXAMPLE)
         examples_utils.set_file_format(
             examples, write_split.to_file_format_str(example_gen_pb2.FORMAT_TFRECORDS_GZIP)
         )
+
+    def _ingest(
+        self, examples: types.Artifact, resolution: spans.Resolution, eval_fraction: float
+    ) -> None:
+        logging.info("Spans ingested: %s", resolution.numbers)
+        with self._make_beam_pipeline() as pipeline:
+            splits = pipeline | "ReadCifar10" >> ReadCifar10Splits(
+                resolution.sources, eval_fraction
+            )
+            for split, split_examples in splits.items():
+                prefix = os.path.join(artifact_utils.get_split_uri([examples], split), FILE_PREFIX)
+                _ = split_examples | f"Write[{split}]" >> WriteStoredGzipTFRecords(prefix)
+        _unchanged_while_read(resolution)

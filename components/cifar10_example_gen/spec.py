@@ -8,12 +8,12 @@ SOURCE_URI_KEY = "source_uri"
 SOURCE_FINGERPRINT_KEY = "source_fingerprint"
 EVAL_FRACTION_KEY = "eval_fraction"
 # With span folders under the source: which span (-1: the newest), how many of the newest up
-# to it (a rolling window), where the served versions are (nothing stale: served records),
-# and 1 to train even if the newest span was already served. Runtime parameters on Kubeflow
+# to it (a rolling window), and 1 to train even if the newest span was already served (the
+# served state, an input, says what was served). Runtime parameters on Kubeflow
 # and Vertex; the CLI passes resolved values for local runs.
 SPAN_KEY = "span"
 SPAN_WINDOW_KEY = "span_window"
-SERVING_MODEL_DIR_KEY = "serving_model_dir"
+SERVED_MODEL_KEY = "served_model"
 FORCE_KEY = "force"
 # The output splits, always both: the source's test batch or a carve of training data is `eval`.
 SPLITS = ("train", "eval")
@@ -32,7 +32,6 @@ class Cifar10ExampleGenSpec(ComponentSpec):
         EVAL_FRACTION_KEY: ExecutionParameter(type=float),
         SPAN_KEY: ExecutionParameter(type=int),
         SPAN_WINDOW_KEY: ExecutionParameter(type=int),
-        SERVING_MODEL_DIR_KEY: ExecutionParameter(type=str),
         FORCE_KEY: ExecutionParameter(type=int),
         # Fixed train/eval splits, in the form the ExampleGen base executor expects.
         "input_config": ExecutionParameter(type=example_gen_pb2.Input),
@@ -40,5 +39,7 @@ class Cifar10ExampleGenSpec(ComponentSpec):
         "output_data_format": ExecutionParameter(type=int),
         "output_file_format": ExecutionParameter(type=int),
     }
-    INPUTS = {}
+    # The ServedState step's output: the spans the served version was trained on (nothing
+    # stale) and every published span's fingerprint (nothing changed under its number).
+    INPUTS = {SERVED_MODEL_KEY: ChannelParameter(type=standard_artifacts.Model, optional=True)}
     OUTPUTS = {"examples": ChannelParameter(type=standard_artifacts.Examples)}

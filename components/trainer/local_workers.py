@@ -24,11 +24,11 @@ from typing import Any
 
 from absl import logging
 from tfx import types
-from tfx.components.trainer import executor as tfx_trainer_executor
 from tfx.components.trainer.component import Trainer
 from tfx.dsl.components.base import executor_spec
 from tfx.types import artifact_utils, standard_component_specs
 
+from components.trainer import nothing_new
 from components.trainer.config import LOCAL_WORKERS_KEY
 
 # The executor each worker runs: TFX's, exactly as on Vertex AI.
@@ -133,7 +133,7 @@ def run_group(command: list[str], count: int, log_dir: Path, restarts: int = MAX
         )
 
 
-class Executor(tfx_trainer_executor.GenericExecutor):
+class Executor(nothing_new.GenericExecutor):
     """TFX's Trainer executor, run by N worker processes when custom_config asks for it."""
 
     def Do(
@@ -146,7 +146,7 @@ class Executor(tfx_trainer_executor.GenericExecutor):
             exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY) or "null"
         )
         workers = int((custom_config or {}).get(LOCAL_WORKERS_KEY, 1))
-        if workers <= 1:
+        if workers <= 1 or nothing_new.nothing_new(input_dict) is not None:
             return super().Do(input_dict, output_dict, exec_properties)
         command = [
             sys.executable,

@@ -64,6 +64,8 @@ def run_fn(fn_args: FnArgs) -> None:
             export.export_serving_model(
                 serving_network, fn_args.serving_model_dir, run.recipe.test_time_augmentation
             )
+            if source is not None:
+                warm_start.record_lineage(fn_args.serving_model_dir, source)
         export_seconds = time.time() - export_started
         # TFX's executor checks on every worker that the model exists: the others return
         # only once the chief has written it (to the job's shared output, e.g. gs://).

@@ -1,6 +1,6 @@
 """Warm start: the Trainer starts from the served model's weights (TFX Trainer's `base_model`,
-fed by ServedModelBaseline's copy of the newest served version) and fine-tunes with its own
-shorter schedule, or trains from scratch and says why.
+fed by the ServedState step's copy of the version served when the run started) and fine-tunes
+with its own shorter schedule, or trains from scratch and says why.
 
 The served SavedModel keeps the network's variables as `network_variables` (export.py), so
 they are read straight from its checkpoint, by position, after every count and shape has
@@ -10,9 +10,11 @@ been checked against the network this run builds: a different recipe falls back.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
-from components.contract import SAVED_MODEL_FILE, SERVED_FROM_FILE
+from components.contract import SAVED_MODEL_FILE, WARM_START_FILE
+from components.served_versions import load_served_state
 from components.trainer.config import TrainingConfig
 from components.trainer.keras import keras, tf
 
@@ -26,22 +28,29 @@ _KEY = "network_variables/{}/.ATTRIBUTES/VARIABLE_VALUE"
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """Where a warm start comes from: the SavedModel copy, and the served version it is."""
+    """Where a warm start comes from: the SavedModel copy, the served version it is, and the
+    spans (number -> fingerprint) that version was trained on, its own ancestors' included."""
 
     saved_model: str
     served_version_dir: str
+    spans: dict[int, str] = dataclasses.field(default_factory=dict)
 
 
 def served_source(base_model: str | None) -> tuple[Source | None, str]:
     """(the served model to start from, or None; why not, when None)."""
     if not base_model or not tf.io.gfile.exists(os.path.join(base_model, SAVED_MODEL_FILE)):
         return None, "no served model to start from"
-    marker = os.path.join(os.path.dirname(base_model.rstrip("/")), SERVED_FROM_FILE)
-    served = base_model
-    if tf.io.gfile.exists(marker):
-        with tf.io.gfile.GFile(marker) as handle:
-            served = handle.read().strip()
-    return Source(base_model, served), ""
+    state = load_served_state(os.path.dirname(base_model.rstrip("/")))
+    return Source(base_model, state.version_dir or base_model, dict(state.spans)), ""
+
+
+def record_lineage(model_dir: str, source: Source) -> None:
+    """Beside the new model (`<model uri>/`, the parent of its Format-Serving folder): the
+    served version it started from and that version's spans, which the Pusher adds to the
+    spans the new version records (a warm-started model has seen its ancestors' data too)."""
+    path = os.path.join(os.path.dirname(model_dir.rstrip("/")), WARM_START_FILE)
+    with tf.io.gfile.GFile(path, "w") as handle:
+        json.dump({"version_dir": source.served_version_dir, "spans": source.spans}, handle)
 
 
 def _served_values(source: Source) -> list:

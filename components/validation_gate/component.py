@@ -8,7 +8,6 @@ from tfx.types import BaseChannel, standard_artifacts
 from components.validation_gate.executor import Executor
 from components.validation_gate.spec import (
     ACCEPT_DRIFT_KEY,
-    SERVING_MODEL_DIR_KEY,
     DataValidationGateSpec,
 )
 
@@ -29,7 +28,8 @@ class DataValidationGate(base_component.BaseComponent):
         statistics: BaseChannel,
         anomalies: BaseChannel,
         schema: BaseChannel,
-        serving_model_dir: str = "",
+        served_model: BaseChannel | None = None,
+        examples: BaseChannel | None = None,
         accept_drift: bool = False,
     ):
         super().__init__(
@@ -38,6 +38,8 @@ class DataValidationGate(base_component.BaseComponent):
                 anomalies=anomalies,
                 schema=schema,
                 comparison=types.Channel(type=standard_artifacts.ExampleAnomalies),
-                **{SERVING_MODEL_DIR_KEY: serving_model_dir, ACCEPT_DRIFT_KEY: int(accept_drift)},
+                served_model=served_model,
+                examples=examples,
+                **{ACCEPT_DRIFT_KEY: int(accept_drift)},
             )
         )

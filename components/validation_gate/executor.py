@@ -9,18 +9,18 @@ import os
 from absl import logging
 from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
 from tfx.dsl.components.base import base_executor
-from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
 from components.contract import (
     COMPARISON_FILE,
     EVAL_SPLIT,
-    SAVED_MODEL_FILE,
+    NO_NEW_SPAN_PROPERTY,
+    NO_NEW_SPAN_REASON_PROPERTY,
     SERVED_STATISTICS_FILE,
     TRAIN_SPLIT,
-    newest_served_version,
 )
+from components.served_versions import load_served_state, served_statistics_file
 from components.tfx_files import anomalies_file, statistics_file
 from components.validation_gate.checks import (
     DataDriftError,
@@ -29,32 +29,29 @@ from components.validation_gate.checks import (
     statistics_problems,
 )
 from components.validation_gate.comparison import Comparison, compare
-from components.validation_gate.spec import ACCEPT_DRIFT_KEY, SERVING_MODEL_DIR_KEY
+from components.validation_gate.spec import ACCEPT_DRIFT_KEY, EXAMPLES_KEY, SERVED_MODEL_KEY
 
 
 def _statistics(path: str) -> statistics_pb2.DatasetFeatureStatisticsList:
     return statistics_pb2.DatasetFeatureStatisticsList.FromString(io_utils.read_bytes_file(path))
 
 
-def served_statistics(serving_model_dir: str) -> tuple[str, str | None]:
+def served_statistics(served: list) -> tuple[str, str | None]:
     """(what the drift baseline is, path of its statistics or None): the training statistics
-    kept beside the newest served version, read from the serving folder itself, so every
-    runner finds them the same way, with no metadata store."""
-    if not serving_model_dir or not fileio.exists(serving_model_dir):
+    of the version the run read at its start, from the ServedState step's output."""
+    state = load_served_state(served[0].uri) if served else None
+    if state is None or state.version is None:
         return "no served model: nothing to drift from", None
-    version = newest_served_version(
-        fileio.listdir(serving_model_dir),
-        lambda name: fileio.exists(os.path.join(serving_model_dir, name, SAVED_MODEL_FILE)),
-    )
-    if version is None:
-        return "no served model: nothing to drift from", None
-    path = os.path.join(serving_model_dir, version, SERVED_STATISTICS_FILE)
-    if not fileio.exists(path):
-        return f"served version {version} keeps no training statistics: nothing to drift from", None
-    return f"the training data of served version {version}", path
+    path = served_statistics_file(served[0].uri)
+    if path is None:
+        return (
+            f"served version {state.version} keeps no training statistics: nothing to drift from",
+            None,
+        )
+    return f"the training data of served version {state.version}", path
 
 
-def _comparisons(statistics, schema, serving_model_dir: str, output_uri: str):
+def _comparisons(statistics, schema, served: list, output_uri: str):
     """Skew of the eval split against the train split; drift of the train split against the
     served version's training data, whose statistics are copied into the output."""
     train = _statistics(statistics_file(statistics, TRAIN_SPLIT))
@@ -62,7 +59,7 @@ def _comparisons(statistics, schema, serving_model_dir: str, output_uri: str):
     skew = compare(
         "skew", evals, train, schema, ("this run's eval split", "this run's train split")
     )
-    baseline, path = served_statistics(serving_model_dir)
+    baseline, path = served_statistics(served)
     if path is None:
         drift = Comparison("drift", "this run's train split", "", skipped=baseline)
     else:
@@ -81,6 +78,14 @@ class Executor(base_executor.BaseExecutor):
         schema_artifact = artifact_utils.get_single_instance(input_dict["schema"])
         output = artifact_utils.get_single_instance(output_dict["comparison"])
         accept_drift = bool(exec_properties.get(ACCEPT_DRIFT_KEY, 0))
+        examples = input_dict.get(EXAMPLES_KEY) or []
+        if examples and examples[0].get_int_custom_property(NO_NEW_SPAN_PROPERTY):
+            reason = examples[0].get_string_custom_property(NO_NEW_SPAN_REASON_PROPERTY)
+            io_utils.write_string_file(
+                os.path.join(output.uri, COMPARISON_FILE), json.dumps({"no_new_span": reason})
+            )
+            logging.info("Nothing to validate: %s", reason)
+            return
         problems: list[str] = []
         for split in artifact_utils.decode_split_names(statistics.split_names):
             stats = _statistics(statistics_file(statistics, split))
@@ -93,7 +98,7 @@ class Executor(base_executor.BaseExecutor):
             problems.extend(anomaly_problems(split, found))
         schema = io_utils.SchemaReader().read(io_utils.get_only_uri_in_dir(schema_artifact.uri))
         skew, drift = _comparisons(
-            statistics, schema, exec_properties.get(SERVING_MODEL_DIR_KEY, ""), output.uri
+            statistics, schema, input_dict.get(SERVED_MODEL_KEY) or [], output.uri
         )
         problems.extend(skew.problems())
         drifted = drift.problems()

@@ -6,15 +6,13 @@ standard type, so every orchestrator, KFP's included, knows it."""
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 
-SERVING_MODEL_DIR_KEY = "serving_model_dir"
 ACCEPT_DRIFT_KEY = "accept_drift"
+SERVED_MODEL_KEY = "served_model"
+EXAMPLES_KEY = "examples"
 
 
 class DataValidationGateSpec(ComponentSpec):
     PARAMETERS = {
-        # The folder of numbered versions that the Pusher writes: the newest one's training
-        # statistics are the drift baseline ('' compares with nothing).
-        SERVING_MODEL_DIR_KEY: ExecutionParameter(type=str),
         # 1: drift beyond a threshold is recorded and the run goes on (--accept-drift).
         ACCEPT_DRIFT_KEY: ExecutionParameter(type=int),
     }
@@ -22,5 +20,10 @@ class DataValidationGateSpec(ComponentSpec):
         "statistics": ChannelParameter(type=standard_artifacts.ExampleStatistics),
         "anomalies": ChannelParameter(type=standard_artifacts.ExampleAnomalies),
         "schema": ChannelParameter(type=standard_artifacts.Schema),
+        # The ServedState step's output: its training statistics are the drift baseline
+        # (none wired or none kept: drift is not compared).
+        SERVED_MODEL_KEY: ChannelParameter(type=standard_artifacts.Model, optional=True),
+        # The ExampleGen's output, for its no-new-span mark: a night with nothing new passes.
+        EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples, optional=True),
     }
     OUTPUTS = {"comparison": ChannelParameter(type=standard_artifacts.ExampleAnomalies)}

@@ -4,7 +4,6 @@ kfp.local (started by `cifar10-pipeline local-kfp`)."""
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from pathlib import Path
@@ -14,9 +13,9 @@ from pipeline.common import exit_status
 from pipeline.kfp_local.plan import LocalRunError, Plan, make_plan, read_dockerfile
 from pipeline.kfp_local.steps import HostSteps, Step, last_error, run_plan, task_folders
 
-# How the ExampleGen's NoNewSpan (components/cifar10_example_gen/spans.py) ends its log:
-# named here, not imported, since this environment has no TFX.
-NO_NEW_SPAN = re.compile(r"\bNoNewSpan: (.*)")
+# The ExampleGen's mark on a night with nothing new (components.contract.NO_NEW_SPAN_PROPERTY
+# and its reason), named here, not imported, since this environment has no TFX.
+NO_NEW_SPAN, NO_NEW_SPAN_REASON = "no_new_span", "no_new_span_reason"
 
 
 def summary(plan: Plan, done: list[Step], kfp_version: str) -> str:
@@ -91,12 +90,6 @@ def main(argv: list[str] | None = None) -> int:
     print(summary(plan, steps.done, kfp_version))
     print(f"took           {time.monotonic() - start:.0f} s; logs in {log_dir}")
     failed = [step for step in steps.done if not step.ok]
-    stale = NO_NEW_SPAN.search(last_error(failed[0].log)) if failed else None
-    if stale:
-        # The ExampleGen found nothing new to train on: the run stops there, as `run` does
-        # with exit status 0; a KFP or Vertex run shows that step failed with this message.
-        print(f"outcome        no_new_span: {stale.group(1)}")
-        return exit_status.OK
     if failed:
         print(
             f"error: step {failed[0].name} failed: {last_error(failed[0].log)} "
@@ -107,9 +100,16 @@ def main(argv: list[str] | None = None) -> int:
     if len(steps.done) < len(plan.steps):
         print(f"error: kfp.local stopped early; see {log_dir / 'kfp.log'}", file=sys.stderr)
         return exit_status.ERROR
+    examples = next((s.outputs["examples"] for s in steps.done if "examples" in s.outputs), {})
+    if examples.get(NO_NEW_SPAN):
+        # Every step succeeded and passed the night on: nothing trained, nothing pushed.
+        print(f"outcome        no_new_span: {examples.get(NO_NEW_SPAN_REASON, '')}")
+        return exit_status.OK
     blessing = next((s.outputs["blessing"] for s in steps.done if "blessing" in s.outputs), {})
     if blessing and not blessing.get("blessed"):
+        print("outcome        not_blessed")
         return exit_status.NOT_BLESSED  # as `run`: the gate said no, nothing was pushed
+    print("outcome        pushed")
     return exit_status.OK
 
 

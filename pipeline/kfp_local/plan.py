@@ -19,9 +19,14 @@ from pipeline.common.submission import has_dag
 CLOUD_URI = re.compile(r"\b(?:gs|s3)://[^\s\"'\\,;]+")
 # Cifar10ExampleGen's input naming the data (components/cifar10_example_gen/spec.py).
 DATA_PARAMETER = "source_uri"
-# Steps that call Google APIs whatever the data: the Vertex Trainer (a CustomJob) and Pusher
-# (an endpoint deploy), and Beam steps sent to Dataflow.
-GOOGLE_EXECUTOR_PREFIX = "tfx.extensions.google_cloud_ai_platform."
+# Steps that call Google APIs whatever the data: the Vertex Trainer (a CustomJob) and the
+# endpoint deploy, TFX's or this project's subclasses (named, not imported: no TFX here;
+# tests/test_kfp_local.py checks the names), and Beam steps sent to Dataflow.
+GOOGLE_EXECUTOR_PREFIXES = (
+    "tfx.extensions.google_cloud_ai_platform.",
+    "components.trainer.vertex_trainer.",
+    "components.atomic_pusher.vertex_endpoint.",
+)
 DATAFLOW_ARG = "--runner=DataflowRunner"
 
 
@@ -104,7 +109,7 @@ def _google_steps(spec: dict) -> dict[str, str]:
             if ("--executor_class_path" in args)
             else ""
         )
-        if executor.startswith(GOOGLE_EXECUTOR_PREFIX):
+        if executor.startswith(GOOGLE_EXECUTOR_PREFIXES):
             reasons[task] = f"calls Vertex AI ({executor.rpartition('.')[0]})"
         elif DATAFLOW_ARG in args:
             reasons[task] = "runs its Beam pipeline on Dataflow"

@@ -156,14 +156,28 @@ def outcome(facts: RunSummary, failure: BaseException | None) -> str:
         return "data_invalid"
     if failure is not None:
         return "error"
+    if facts.outcome == "no_new_span":  # nothing trained, evaluated or pushed: not a failure
+        return "no_new_span"
     if facts.blessed is False:
         return "not_blessed"
     return "pushed" if facts.push and facts.push.pushed else "error"
 
 
+def served_read_key(config: PipelineConfig) -> str:
+    """The ServedState step's cache key for this run: what the serving folder holds now
+    (components/served_versions.py), so a rerun reads it again exactly when it changed."""
+    import hashlib
+
+    from components.served_versions import read_served_state
+
+    state = read_served_state(config.serving_model_dir).to_json()
+    return hashlib.sha256(state.encode()).hexdigest()[:16]
+
+
 def run(config: PipelineConfig, output_dir: Path) -> RunSummary:
     """Runs the pipeline and returns (and writes) the run summary."""
     started = time.time()
+    config = dataclasses.replace(config, served_read_key=served_read_key(config))
     log_path = output_dir / "logs" / f"run-{time.strftime('%Y%m%d-%H%M%S')}.log"
     print(f"Full logs: {log_path}", file=sys.stderr)
     failure: BaseException | None = None

@@ -25,6 +25,7 @@ from components.contract import (
     EXAMPLE_GEN_NODE,
     EXAMPLE_VALIDATOR_NODE,
     HISTORY_FILE,
+    NO_NEW_SPAN_PROPERTY,
     NUM_CLASSES,
     PUSHER_NODE,
     SERVED_SPANS_FILE,
@@ -342,6 +343,8 @@ def collect(metadata_path: str) -> RunSummary:
     evaluation = output(EVALUATOR_NODE, "evaluation")
     blessing = output(EVALUATOR_NODE, "blessing")
     pushed = output(PUSHER_NODE, "pushed_model")
+    examples = output(EXAMPLE_GEN_NODE, "examples")
+    nothing_new = examples is not None and bool(prop(examples, NO_NEW_SPAN_PROPERTY))
     return RunSummary(
         run_id=recorded.run_id,
         record_counts=record_counts(artifact_uris["statistics"])
@@ -362,7 +365,9 @@ def collect(metadata_path: str) -> RunSummary:
         training=training,
         history=history,
         model_run_dir=model_run_dir,
-        evaluation=evaluation_facts(evaluation.uri) if evaluation is not None else None,
+        evaluation=evaluation_facts(evaluation.uri)
+        if evaluation is not None and not nothing_new
+        else None,
         blessed=bool(prop(blessing, "blessed")) if blessing is not None else None,
         push=None
         if pushed is None
@@ -371,4 +376,5 @@ def collect(metadata_path: str) -> RunSummary:
             pushed_version_dir=prop(pushed, "pushed_destination") or None,
             pushed_new_version=bool(prop(pushed, "new_version")),
         ),
+        outcome="no_new_span" if nothing_new else None,
     )

@@ -93,6 +93,9 @@ class PipelineConfig:
     span_window: int = 1
     force: bool = False
     span_parameters: bool = False
+    # What the local runner read from the serving folder just before the run: the ServedState
+    # step's cache key there. Empty in compiled files, where that step runs uncached.
+    served_read_key: str = ""
     training: TrainingConfig = field(default_factory=TrainingConfig)
     beam_args: tuple[str, ...] = ()
     enable_cache: bool = True

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.contract import TRAINER_NODE
+from components.contract import RUNTIME_STATE_NODES, TRAINER_NODE
 from pipeline.common.submission import (
     SubmitError,
     container_images,
@@ -42,6 +42,29 @@ def _read_pipeline_job(path: Path) -> dict[str, Any]:
         "pipelineSpec": spec,
         "runtimeConfig": {"gcsOutputDirectory": spec.get("defaultPipelineRoot", "")},
     }
+
+
+def with_caching(job: dict[str, Any], enable_caching: bool | None) -> dict[str, Any]:
+    """The PipelineJob body with every task's caching set to `enable_caching` (None: as
+    compiled), except the steps that read the span or serving folders, which stay uncached
+    whatever is asked (aiplatform's own `enable_caching` would overwrite them too)."""
+    spec = job["pipelineSpec"]
+    for component in [spec["root"], *spec.get("components", {}).values()]:
+        for name, task in component.get("dag", {}).get("tasks", {}).items():
+            if name in RUNTIME_STATE_NODES:
+                task["cachingOptions"] = {"enableCache": False}
+            elif enable_caching is not None:
+                task["cachingOptions"] = {"enableCache": enable_caching}
+    return job
+
+
+def write_job(submission: Submission, folder: Path) -> Path:
+    """The file `aiplatform.PipelineJob` is given: the compiled one with the submission's
+    caching applied by `with_caching` (PipelineJob JSON)."""
+    job = with_caching(_read_pipeline_job(submission.template_path), submission.enable_caching)
+    path = folder / "pipeline_job.json"
+    path.write_text(json.dumps(job))
+    return path
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,14 @@ mlops-with-vertex-ai)."""
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
+from pathlib import Path
 
 from pipeline.common.submission import SubmitError
-from pipeline.vertex.pipeline_file import Submission
+from pipeline.vertex.pipeline_file import Submission, write_job
 
 DEFAULT_API_ENDPOINT = "{region}-aiplatform.googleapis.com"
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
@@ -41,13 +43,34 @@ def api_endpoint_of(region: str, api_endpoint: str = "") -> str:
     return api_endpoint or DEFAULT_API_ENDPOINT.format(region=region)
 
 
+def pipeline_job(submission: Submission, credentials, folder: Path):
+    """The `aiplatform.PipelineJob` for `submission`, built without the network. Caching is
+    applied to the file first (`pipeline_file.with_caching`) and aiplatform is told nothing
+    about it: its `enable_caching` overwrites every task's option, the span and serving
+    readers' included, and from the second night on a run would replay night 1."""
+    from google.cloud import aiplatform
+
+    return aiplatform.PipelineJob(
+        display_name=submission.display_name,
+        job_id=submission.display_name,
+        template_path=str(write_job(submission, folder)),
+        pipeline_root=submission.pipeline_root,
+        enable_caching=None,
+        labels=dict(submission.labels),
+        parameter_values=dict(submission.parameters),
+        project=submission.project,
+        location=submission.region,
+        credentials=credentials,
+    )
+
+
 def submit(submission: Submission, api_endpoint: str = "", credentials=None):
     """Creates the PipelineJob with google-cloud-aiplatform; returns the PipelineJob."""
     import google.auth
     from google.cloud import aiplatform
 
     endpoint = api_endpoint_of(submission.region, api_endpoint)
-    with _one_line_errors(endpoint):
+    with _one_line_errors(endpoint), tempfile.TemporaryDirectory() as folder:
         if credentials is None:  # explicitly, so no earlier aiplatform.init's credentials stay
             credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
         aiplatform.init(
@@ -57,18 +80,7 @@ def submit(submission: Submission, api_endpoint: str = "", credentials=None):
             api_endpoint=endpoint,
             api_transport="rest",
         )
-        job = aiplatform.PipelineJob(
-            display_name=submission.display_name,
-            job_id=submission.display_name,
-            template_path=str(submission.template_path),
-            pipeline_root=submission.pipeline_root,
-            enable_caching=submission.enable_caching,
-            labels=dict(submission.labels),
-            parameter_values=dict(submission.parameters),
-            project=submission.project,
-            location=submission.region,
-            credentials=credentials,
-        )
+        job = pipeline_job(submission, credentials, Path(folder))
         job.submit(
             service_account=submission.service_account or None, network=submission.network or None
         )

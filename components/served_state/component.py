@@ -1,0 +1,42 @@
+"""ServedState, the run's first step, and the Evaluator that takes its output as baseline.
+
+The served state is read by an ordinary container step, not a Resolver, so every orchestrator
+runs it, the open-source Kubeflow Pipelines backend (which has no resolver executors) included.
+"""
+
+from tfx import types
+from tfx.components import Evaluator
+from tfx.dsl.components.base import base_component, executor_spec
+from tfx.types import standard_artifacts
+
+from components.served_state.executor import EvaluatorExecutor, Executor
+from components.served_state.spec import (
+    READ_KEY,
+    SERVED_MODEL_KEY,
+    SERVING_MODEL_DIR_KEY,
+    ServedStateSpec,
+)
+
+
+class ServedState(base_component.BaseComponent):
+    """Reads `<serving_model_dir>` once: the newest complete version, its spans and training
+    statistics, as one Model artifact for the ExampleGen (nothing stale), the gate (drift),
+    the Trainer (warm start), the Evaluator (baseline) and the Pusher (the version the run
+    judged against). Compiled with caching off; locally cached on `read_key`."""
+
+    SPEC_CLASS = ServedStateSpec
+    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)
+
+    def __init__(self, serving_model_dir: str, read_key: str = ""):
+        super().__init__(
+            spec=ServedStateSpec(
+                **{SERVING_MODEL_DIR_KEY: serving_model_dir, READ_KEY: read_key},
+                **{SERVED_MODEL_KEY: types.Channel(type=standard_artifacts.Model)},
+            )
+        )
+
+
+class ServedBaselineEvaluator(Evaluator):
+    """TFX's Evaluator; an empty baseline artifact means 'no baseline'."""
+
+    EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(EvaluatorExecutor)

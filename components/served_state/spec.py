@@ -1,0 +1,21 @@
+"""Component spec of ServedState."""
+
+from tfx.types import standard_artifacts
+from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
+
+SERVING_MODEL_DIR_KEY = "serving_model_dir"
+# What the local runner read from the serving folder just before the run (the served
+# version and its record, hashed): the step's cache key there, so an unchanged serving
+# folder reuses the earlier read and a changed one is read again. Compiled files leave it
+# empty and run the step with caching off (pipeline/kfp_ir.py).
+READ_KEY = "read_key"
+SERVED_MODEL_KEY = "served_model"
+
+
+class ServedStateSpec(ComponentSpec):
+    PARAMETERS = {
+        SERVING_MODEL_DIR_KEY: ExecutionParameter(type=str),
+        READ_KEY: ExecutionParameter(type=str, optional=True),
+    }
+    INPUTS = {}
+    OUTPUTS = {SERVED_MODEL_KEY: ChannelParameter(type=standard_artifacts.Model)}
