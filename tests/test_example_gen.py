@@ -12,9 +12,11 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_artifacts
 from tfx.utils import proto_utils
 
-from components.cifar10_example_gen import shards, sources
+from components.cifar10_example_gen import shards, sources, spans
 from components.cifar10_example_gen.component import Cifar10ExampleGen
-from components.cifar10_example_gen.executor import Executor, ReadCifar10Splits
+from components.cifar10_example_gen.executor import Executor, ReadCifar10Splits, resolve_spans
+from components.cifar10_example_gen.spec import SERVING_MODEL_DIR_KEY, SOURCE_URI_KEY, SPAN_KEY
+from components.contract import SAVED_MODEL_FILE, SERVED_SPANS_FILE
 
 import cifar_fixtures as fx
 
@@ -113,6 +115,28 @@ def test_executor_refuses_bad_source_before_writing_anything(tmp_path):
     with pytest.raises(sources.SourceError, match=r"data_batch_1\.bin: record 0 has label 10"):
         Executor().Do({}, {"examples": [examples]}, _exec_properties(archive))
     assert not (tmp_path / "out").exists()
+
+
+def test_the_executor_resolves_spans_by_the_same_rules(tmp_path):
+    """resolve_spans is spans.resolve plus the nothing-stale rule against the served
+    state: a half-copied extracted span is refused here too, and a changed published one."""
+    root = tmp_path / "nightly"
+    fx.complete_span(root, 1)
+    fx.extracted_release(root / "span-2", batches=3, per_class=1)  # no _SUCCESS yet
+    serving = tmp_path / "serving"
+    (serving / "7").mkdir(parents=True)
+    (serving / "7" / SAVED_MODEL_FILE).write_bytes(b"")
+    (serving / "7" / SERVED_SPANS_FILE).write_text(spans.record_json({1: "published"}))
+    properties = {SOURCE_URI_KEY: str(root), SERVING_MODEL_DIR_KEY: str(serving)}
+    with pytest.raises(spans.SpanError, match="span-2 .*: incomplete: no _SUCCESS file"):
+        resolve_spans(properties)
+    with pytest.raises(spans.SpanError, match="span-1: .* since served version 7 "):
+        resolve_spans({**properties, SPAN_KEY: 1})
+    (serving / "7" / SERVED_SPANS_FILE).unlink()
+    folder = str(root / "span-1")
+    assert resolve_spans({**properties, SPAN_KEY: 1}) == {
+        1: (folder, spans.content_fingerprint(folder))
+    }
 
 
 def test_the_fast_serialization_is_the_examples_own():

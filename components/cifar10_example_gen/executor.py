@@ -39,6 +39,7 @@ from components.contract import (
     RECORD_ID_KEY,
     SERVED_SPANS_FILE,
 )
+from components.served_versions import read_served_state
 
 # TFX's own ExampleGen file names: data_tfrecord-00000-of-00001.gz
 FILE_PREFIX = "data_tfrecord"
@@ -140,25 +141,20 @@ def ReadCifar10Splits(
 
 def resolve_spans(exec_properties: dict[str, Any]) -> dict[int, tuple[str, str]]:
     """{span: (source, content fingerprint)} this execution ingests: span 0 alone for a
-    plain source (no staleness rule); else the selected span folders, after the served
-    records are checked (raises spans.SpanError, spans.NoNewSpan)."""
-    root = exec_properties[SOURCE_URI_KEY]
-    folders = spans.span_folders(root)
-    if not folders:
-        return {0: (root, "")}
-    chosen = spans.select(
-        folders,
+    plain source (no staleness rule); else `spans.resolve`'s spans, after the served state
+    is checked (raises spans.SpanError, spans.NoNewSpan, sources.SourceError)."""
+    chosen = spans.resolve(
+        exec_properties[SOURCE_URI_KEY],
         int(exec_properties.get(SPAN_KEY, spans.NEWEST)),
         int(exec_properties.get(SPAN_WINDOW_KEY, 1)),
     )
-    found = {n: spans.span_source(folders[n]) for n in chosen}
-    fingerprints = {n: spans.content_fingerprint(path) for n, path in found.items()}
-    spans.check_not_stale(
-        fingerprints,
-        spans.served_records(exec_properties.get(SERVING_MODEL_DIR_KEY, "")),
-        bool(int(exec_properties.get(FORCE_KEY, 0))),
-    )
-    return {n: (found[n], fingerprints[n]) for n in chosen}
+    if chosen.numbers != [0]:
+        spans.check_not_stale(
+            chosen.fingerprints,
+            read_served_state(exec_properties.get(SERVING_MODEL_DIR_KEY, "")),
+            bool(int(exec_properties.get(FORCE_KEY, 0))),
+        )
+    return {n: (chosen.sources[n], chosen.fingerprints[n]) for n in chosen.numbers}
 
 
 class Executor(BaseBeamExecutor):
