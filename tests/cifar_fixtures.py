@@ -7,6 +7,7 @@ small network learns them in a few steps and end-to-end runs can be gated.
 from __future__ import annotations
 
 import io
+import json
 import pickle
 import tarfile
 from pathlib import Path
@@ -71,6 +72,30 @@ def binary_archive(
             balanced_labels(per_class, seed=99), seed=99
         )
     return write_tar(path, members)
+
+
+def extracted_release(folder: Path, batches: int = 2, per_class: int = 10) -> Path:
+    """`binary_archive`'s batch files written out as an extracted `cifar-10-batches-bin/`
+    folder under `folder` (no test batch); returns that folder."""
+    release = folder / "cifar-10-batches-bin"
+    release.mkdir(parents=True, exist_ok=True)
+    for b in range(1, batches + 1):
+        labels = balanced_labels(per_class, seed=b)
+        (release / f"data_batch_{b}.bin").write_bytes(binary_batch(labels, seed=b))
+    return release
+
+
+def complete_span(
+    root: Path, number: int, batches: int = 1, per_class: int = 2, counts: bool = False
+) -> Path:
+    """`root/span-N/` holding an extracted binary release, then its `_SUCCESS` marker,
+    written last as a finished copy does (empty, or with the record counts per split when
+    `counts`); returns the span folder."""
+    folder = root / f"span-{number}"
+    extracted_release(folder, batches, per_class)
+    marker = {"train": batches * per_class * 10, "test": 0} if counts else None
+    (folder / "_SUCCESS").write_text(json.dumps(marker) if marker else "")
+    return folder
 
 
 def scaled_archive(path: Path, factor: float, batches: int = 2, per_class: int = 10) -> Path:

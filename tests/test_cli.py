@@ -36,6 +36,23 @@ def test_help_shows_the_config_defaults(capsys):
     assert "(default: airbench)" in text and "(default: 0.8)" in text
 
 
+@pytest.mark.parametrize(
+    "flags, problem",
+    [
+        (["--span", "0"], "--span: must be 1 or more (0 stands for a plain source), got 0"),
+        (["--span", "-1"], "argument --span: must be 1 or more"),
+        (["--spans", "0"], "argument --spans: must be 1 or more"),
+    ],
+)
+def test_span_flags_below_1_are_refused(flags, problem, capsys):
+    """--span 0 once checked a span-0 folder while the ExampleGen took the newest span,
+    and --spans 0 meant 1."""
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["run", *flags])
+    assert refused.value.code == 2
+    assert problem in capsys.readouterr().err
+
+
 def _compile_kubeflow(cwd, output, *extra, env=None):
     return subprocess.run(
         [sys.executable, "-m", "pipeline.cli", "compile", "--target", "kubeflow"]

@@ -12,9 +12,11 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_artifacts
 from tfx.utils import proto_utils
 
-from components.cifar10_example_gen import shards, sources
+from components.cifar10_example_gen import shards, sources, spans
 from components.cifar10_example_gen.component import Cifar10ExampleGen
 from components.cifar10_example_gen.executor import Executor, ReadCifar10Splits
+from components.cifar10_example_gen.spec import SPAN_KEY
+from components.contract import SAVED_MODEL_FILE, SERVED_SPANS_FILE
 
 import cifar_fixtures as fx
 
@@ -113,6 +115,37 @@ def test_executor_refuses_bad_source_before_writing_anything(tmp_path):
     with pytest.raises(sources.SourceError, match=r"data_batch_1\.bin: record 0 has label 10"):
         Executor().Do({}, {"examples": [examples]}, _exec_properties(archive))
     assert not (tmp_path / "out").exists()
+
+
+def test_the_executor_resolves_spans_by_the_same_rules(tmp_path):
+    """The ExampleGen applies spans.resolve and the nothing-stale rule against the served
+    state its run read: a half-copied extracted span is refused here too, and a changed
+    published one; nothing is written for either."""
+    from components.served_state import executor as served_state
+
+    root = tmp_path / "nightly"
+    fx.complete_span(root, 1)
+    fx.extracted_release(root / "span-2", batches=3, per_class=1)  # no _SUCCESS yet
+    serving = tmp_path / "serving"
+    (serving / "7").mkdir(parents=True)
+    (serving / "7" / SERVED_SPANS_FILE).write_text(spans.record_json({1: "published"}))
+    (serving / "7" / SAVED_MODEL_FILE).write_bytes(b"")
+    served = standard_artifacts.Model()
+    served.uri = str(tmp_path / "served")
+    served_state.Executor().Do({}, {"served_model": [served]}, {"serving_model_dir": str(serving)})
+
+    def ingest(span=-1):
+        examples = standard_artifacts.Examples()
+        examples.uri = str(tmp_path / f"out-{span}")
+        properties = {**_exec_properties(root), SPAN_KEY: span}
+        Executor().Do({"served_model": [served]}, {"examples": [examples]}, properties)
+        return examples
+
+    with pytest.raises(spans.SpanError, match="span-2 .*: incomplete: no _SUCCESS file"):
+        ingest()
+    with pytest.raises(spans.SpanError, match="span-1: .* since served version 7 "):
+        ingest(1)
+    assert not (tmp_path / "out--1").exists() and not (tmp_path / "out-1").exists()
 
 
 def test_the_fast_serialization_is_the_examples_own():

@@ -81,6 +81,16 @@ def _hostile_pickle(tmp_path):
     )
 
 
+def _batch_without_images(tmp_path):
+    import numpy as np
+
+    payload = pickle.dumps({b"data": np.zeros((0, 3072), np.uint8), b"labels": []}, protocol=4)
+    return (
+        fx.write_tar(tmp_path / "c.tar.gz", {"cifar-10-batches-py/data_batch_1": payload}),
+        "data_batch_1: the batch file holds no images",
+    )
+
+
 def _unsafe_member(tmp_path):
     members = {
         "cifar-10-batches-bin/data_batch_1.bin": fx.binary_batch(fx.balanced_labels(1)),
@@ -100,6 +110,7 @@ def _unsafe_member(tmp_path):
         _label_out_of_range,
         _truncated_record,
         _hostile_pickle,
+        _batch_without_images,
         _unsafe_member,
     ],
 )

@@ -4,6 +4,7 @@ import gzip
 import io
 import os
 import pickle
+import re
 import tarfile
 
 import numpy as np
@@ -87,6 +88,36 @@ def test_label_above_nine(tmp_path):
     archive = fx.write_tar(tmp_path / "c.tar.gz", {"b/data_batch_1.bin": bytes(payload)})
     with pytest.raises(sources.SourceError, match=r"data_batch_1\.bin: record 4 has label 12"):
         list(sources.read_shard(sources.list_shards(str(archive))[0]))
+
+
+def _python_batch_without_images():
+    empty = np.zeros((0, 3072), np.uint8)
+    return pickle.dumps({b"data": empty, b"labels": np.zeros(0, np.int64)}, protocol=4)
+
+
+@pytest.mark.parametrize(
+    "name, payload",
+    [
+        ("cifar-10-batches-bin/data_batch_1.bin", b""),
+        ("cifar-10-batches-py/data_batch_1", _python_batch_without_images()),
+    ],
+    ids=["binary", "python"],
+)
+@pytest.mark.parametrize("archived", [False, True], ids=["folder", "archive"])
+def test_a_batch_file_without_images_is_refused_naming_it(tmp_path, name, payload, archived):
+    good = name.replace("_1", "_2")
+    make = fx.binary_batch if name.endswith(".bin") else fx.python_batch
+    members = {name: payload, good: make(fx.balanced_labels(1))}
+    if archived:
+        source = fx.write_tar(tmp_path / "c.tar.gz", members)
+        where = re.escape(f"{source}:{name}")
+    else:
+        for member, data in members.items():
+            (tmp_path / "x" / member).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / "x" / member).write_bytes(data)
+        source, where = tmp_path / "x", re.escape(str(tmp_path / "x" / name))
+    with pytest.raises(sources.SourceError, match=rf"^{where}: .*no images"):
+        sources.count_records(str(source))
 
 
 def test_truncated_gzip(tmp_path):

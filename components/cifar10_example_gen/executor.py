@@ -151,8 +151,9 @@ def _write_empty_splits(examples: types.Artifact) -> None:
     """A night with nothing new: both splits hold no record, so the steps after the
     ExampleGen (statistics, validation) run through in seconds and pass the night on."""
     for split in SPLITS:
-        path = os.path.join(artifact_utils.get_split_uri([examples], split), FILE_PREFIX)
-        with tf.io.TFRecordWriter(f"{path}-00000-of-00001.gz", options="GZIP"):
+        folder = artifact_utils.get_split_uri([examples], split)
+        tf.io.gfile.makedirs(folder)
+        with tf.io.TFRecordWriter(f"{folder}/{FILE_PREFIX}-00000-of-00001.gz", options="GZIP"):
             pass
 
 

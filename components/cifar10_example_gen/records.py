@@ -62,7 +62,9 @@ def _check_labels(where: str, labels: np.ndarray) -> None:
 
 
 def _binary_records(where: str, data: bytes) -> tuple[np.ndarray, np.ndarray]:
-    if not data or len(data) % BINARY_RECORD_BYTES:
+    if not data:
+        raise SourceError(f"{where}: the batch file holds no images (0 bytes)")
+    if len(data) % BINARY_RECORD_BYTES:
         raise SourceError(
             f"{where}: {len(data)} bytes is not a positive multiple of the "
             f"{BINARY_RECORD_BYTES}-byte record size (1 label byte + {IMAGE_BYTES} pixels)"
@@ -109,6 +111,8 @@ def _python_records(where: str, data: bytes) -> tuple[np.ndarray, np.ndarray]:
         or pixels.shape[1] != IMAGE_BYTES
     ):
         raise SourceError(f"{where}: 'data' must be a uint8 array of shape (N, {IMAGE_BYTES})")
+    if not pixels.shape[0]:
+        raise SourceError(f"{where}: the batch file holds no images (0 rows in 'data')")
     labels = np.asarray(labels if labels is not None else [], dtype=np.int64)
     if labels.shape != (pixels.shape[0],):
         raise SourceError(f"{where}: {labels.size} labels for {pixels.shape[0]} images")

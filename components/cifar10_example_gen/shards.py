@@ -174,11 +174,27 @@ def _tar_stream(raw: BinaryIO) -> Iterator[tarfile.TarFile]:
         yield tar
 
 
+def _read_to_end(path: str, tar: tarfile.TarFile) -> None:
+    """After the last member, the archive must end as a whole one does: tarfile stops
+    silently at a stream that ends between members (a tar copied so far reads as a
+    smaller archive), so the end-of-archive block must have been read whole; the rest is
+    read too, so that a gzipped archive's trailer (its CRC and length) is checked."""
+    whole_end_block = tar.fileobj.tell() == tar.offset + tarfile.BLOCKSIZE
+    while tar.fileobj.read(1 << 20):
+        pass
+    if not whole_end_block:
+        raise SourceError(
+            f"{path}: corrupt or truncated archive (it ends before its end-of-archive block)"
+        )
+
+
 def _archive_members(path: str) -> list[str]:
-    """Names of the archive's regular files; every member's name and link are checked."""
+    """Names of the archive's regular files; every member's name and link are checked,
+    and the archive is read to its end."""
     try:
         with _open_binary(path) as raw, _tar_stream(raw) as tar:
             members = tar.getmembers()
+            _read_to_end(path, tar)
     except _ARCHIVE_ERRORS as err:
         raise SourceError(f"{path}: corrupt or truncated archive ({err})") from err
     for member in members:
@@ -238,7 +254,8 @@ def list_shards(source: str) -> list[Shard]:
 
 def _archive_batches(path: str, members: set[str] | None) -> Iterator[tuple[str, bytes]]:
     """(member name, bytes) of the named members (None: of every batch file), in one pass
-    over the archive; every member passed on the way is checked as `_archive_members` does."""
+    over the archive; every member passed on the way is checked as `_archive_members` does,
+    and so is the archive's end once every member is passed."""
     try:
         with _open_binary(path) as raw, _tar_stream(raw) as tar:
             for member in tar:
@@ -252,5 +269,6 @@ def _archive_batches(path: str, members: set[str] | None) -> Iterator[tuple[str,
                     )
                 handle = tar.extractfile(member)
                 yield member.name, handle.read() if handle else b""
+            _read_to_end(path, tar)  # not reached when the caller stops early
     except _ARCHIVE_ERRORS as err:
         raise SourceError(f"{path}: corrupt or truncated archive ({err})") from err

@@ -1,11 +1,13 @@
 """Spans: new data arrives as numbered folders `span-1/`, `span-2/`, ... (TFX's {SPAN}), each
 holding one source the readers take (an archive, an extracted release, an image folder).
 
-Which spans a run ingests (the newest, one by number, or a window of the newest K), each
-span's content fingerprint, and the rule that nothing is stale: a run whose newest span the
-served model was already trained on stops, and a span whose content changed under a
-published number is refused. Plain functions over paths (local or gs://, through tf.io.gfile
-where remote): the CLI runs them before TFX loads, the ExampleGen again on every runner.
+`resolve` owns which spans a run ingests (the newest, one by number, or a window of the
+newest K): the folders' naming rules, each span's completeness (an extracted one says so with
+a `_SUCCESS` file, an archive reads to its end) and content fingerprint. `check_not_stale`
+is the rule that nothing is stale: a run whose newest span the served model was already
+trained on stops, and a span whose content changed under a published number is refused.
+Plain functions over paths (local or gs://, through tf.io.gfile where remote): the CLI runs
+them before TFX loads, the ExampleGen again on every runner.
 """
 
 from __future__ import annotations
@@ -17,11 +19,16 @@ import os
 import posixpath
 import re
 
-from components.contract import SAVED_MODEL_FILE, SERVED_SPANS_FILE
+from components.cifar10_example_gen.sources import SourceError, count_records
+from components.served_versions import ServedState
 
 SPAN_FOLDER = re.compile(r"^span-(\d+)$")
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 NEWEST = -1  # the `span` setting that means "the newest span"
+# Written last into a span folder by whatever copies the span (as Hadoop, Spark and Beam
+# jobs mark a finished output): empty, or the record counts per source split as JSON.
+SUCCESS_FILE = "_SUCCESS"
+SPLIT_NAMES = ("train", "test")
 
 
 class SpanError(ValueError):
@@ -55,21 +62,32 @@ def _join(*parts: str) -> str:
 
 def span_folders(root: str) -> dict[int, str]:
     """{span number: folder} of the `span-N` folders directly under `root`; empty when `root`
-    is a plain source (an archive, or a folder without span folders)."""
+    is a plain source (an archive, or a folder without span folders). A `span-0` folder, or
+    a number with a leading zero (`span-01` beside `span-1`), refuses the whole root."""
     if not _isdir(root):
         return {}
     found = {}
     for name in _listdir(root):
         match = SPAN_FOLDER.match(name)
-        if match and _isdir(_join(root, name)):
-            found[int(match.group(1))] = _join(root, name)
+        if not (match and _isdir(_join(root, name))):
+            continue
+        number = int(match.group(1))
+        if number == 0:
+            problem = "span numbers start at 1; 0 stands for a plain source"
+        elif match.group(1).startswith("0"):
+            problem = f"a span number has no leading zero; rename it span-{number}"
+        else:
+            found[number] = _join(root, name)
+            continue
+        raise SpanError(f"{name} ({_join(root, name)}): {problem}")
     return dict(sorted(found.items()))
 
 
 def span_source(folder: str) -> str:
     """The source inside a span folder: its one archive file, else the folder itself (an
-    extracted release or an image folder tree, which the readers check)."""
-    names = _listdir(folder)
+    extracted release or an image folder tree, which the readers check). The `_SUCCESS`
+    marker is no source."""
+    names = [n for n in _listdir(folder) if n != SUCCESS_FILE]
     if not names:
         raise SpanError(f"{folder}: the span folder is empty")
     archives = [n for n in names if n.endswith(ARCHIVE_SUFFIXES)]
@@ -83,6 +101,8 @@ def select(spans: dict[int, str], span: int = NEWEST, window: int = 1) -> list[i
     K > 1 the newest K up to and including it."""
     if not spans:
         raise SpanError("no span-N folders")
+    if span != NEWEST and span < 1:
+        raise SpanError(f"span {span}: span numbers start at 1 (0 stands for a plain source)")
     if window < 1:
         raise SpanError(f"--spans must be at least 1, got {window}")
     numbers = sorted(spans)
@@ -97,11 +117,15 @@ def select(spans: dict[int, str], span: int = NEWEST, window: int = 1) -> list[i
 
 def content_fingerprint(source: str) -> str:
     """sha256 of the source's files (relative names and bytes): a copied or touched span
-    keeps its fingerprint, a changed byte does not."""
+    keeps its fingerprint, a changed byte does not. A span folder's `_SUCCESS` marker is
+    not content."""
     digest = hashlib.sha256()
     files = [source] if not _isdir(source) else _walk(source)
     for path in files:
-        digest.update(os.path.relpath(path, source).encode() + b"\0")
+        name = os.path.relpath(path, source)
+        if name == SUCCESS_FILE:
+            continue
+        digest.update(name.encode() + b"\0")
         opener = _gfile().GFile if "://" in path else open
         with opener(path, "rb") as handle:
             while chunk := handle.read(1 << 22):
@@ -117,31 +141,6 @@ def _walk(root: str) -> list[str]:
     return sorted(os.path.join(d, n) for d, _, names in os.walk(root) for n in names)
 
 
-@dataclasses.dataclass(frozen=True)
-class ServedRecord:
-    """The spans (number -> content fingerprint) a served version was trained on."""
-
-    version: str
-    spans: dict[int, str]
-
-
-def served_records(serving_model_dir: str) -> list[ServedRecord]:
-    """Every complete served version's record, oldest first (versions pushed from a plain
-    source record span 0, which no rule applies to)."""
-    if not serving_model_dir or not _isdir(serving_model_dir):
-        return []
-    records = []
-    for name in _listdir(serving_model_dir):
-        folder = _join(serving_model_dir, name)
-        if not name.isdigit() or not _exists(_join(folder, SAVED_MODEL_FILE)):
-            continue
-        record = _join(folder, SERVED_SPANS_FILE)
-        if _exists(record):
-            spans = {int(k): v for k, v in json.loads(_read(record))["fingerprints"].items()}
-            records.append(ServedRecord(name, spans))
-    return sorted(records, key=lambda r: int(r.version))
-
-
 def _exists(path: str) -> bool:
     return _gfile().exists(path) if "://" in path else os.path.exists(path)
 
@@ -154,28 +153,107 @@ def _read(path: str) -> str:
         return handle.read()
 
 
-def check_not_stale(
-    fingerprints: dict[int, str], records: list[ServedRecord], force: bool = False
-) -> None:
-    """Refuses (SpanError) a span whose fingerprint differs from a published one; raises
-    NoNewSpan when the newest span is in the newest served version's record, unless
-    `force`. Span 0 (a plain source) has no rule."""
-    for record in records:
-        for number, fingerprint in fingerprints.items():
-            published = record.spans.get(number)
-            if number and published is not None and published != fingerprint:
-                raise SpanError(
-                    f"span-{number}: its content changed since served version {record.version} "
-                    f"was trained on it (fingerprint {fingerprint[:12]}, published "
-                    f"{published[:12]}); data must not change under a published span: add it "
-                    "as a new span"
-                )
+def _promised_counts(name: str, marker: str) -> dict[str, int] | None:
+    """The record counts a `_SUCCESS` file states ({} when empty), None when it is absent."""
+    if not _exists(marker):
+        return None
+    text = _read(marker).strip()
+    try:
+        counts = json.loads(text) if text else {}
+    except ValueError:
+        counts = None
+    if not isinstance(counts, dict) or any(
+        split not in SPLIT_NAMES or type(count) is not int or count < 0
+        for split, count in counts.items()
+    ):
+        raise SpanError(
+            f"{name}: {SUCCESS_FILE} must be empty or JSON record counts per split, like "
+            f'{{"train": 50000, "test": 10000}}; it holds {text[:60]!r}'
+        )
+    return counts
+
+
+def check_complete(number: int, folder: str, source: str) -> None:
+    """A span is complete only when it says so: an extracted release or image folder needs
+    its `_SUCCESS` file; an archive needs none, but must read to its end. Where `_SUCCESS`
+    states record counts, the span must hold exactly those. Raises SpanError (incomplete)
+    or SourceError (a bad or truncated source), naming the span folder."""
+    name = f"span-{number} ({folder})"
+    promised = _promised_counts(name, _join(folder, SUCCESS_FILE))
+    archive = source != folder
+    if promised is None and not archive:
+        raise SpanError(
+            f"{name}: incomplete: no {SUCCESS_FILE} file (write it last, once every file of "
+            "the span is copied)"
+        )
+    if not (archive or promised):
+        return
+    try:
+        held = count_records(source)
+    except SourceError as err:
+        raise SourceError(f"{name} cannot be used: {err}") from err
+    for split, count in (promised or {}).items():
+        if held.get(split, 0) != count:
+            raise SpanError(
+                f"{name}: incomplete: {SUCCESS_FILE} says {count} {split} records, the span "
+                f"holds {held.get(split, 0)}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolution:
+    """What a run ingests: span numbers ([0] for a plain source), each one's source and
+    content fingerprint ("" for span 0, which no staleness rule applies to)."""
+
+    numbers: list[int]
+    sources: dict[int, str]
+    fingerprints: dict[int, str]
+
+
+def resolve(root: str, span: int = NEWEST, window: int = 1) -> Resolution:
+    """The spans under `root` a run with these settings ingests: the folders and their
+    naming rules, `select`, each selected span's source and completeness, its fingerprint.
+    Raises SpanError, or SourceError for a selected span that cannot be read."""
+    folders = span_folders(root)
+    if not folders:
+        if span != NEWEST or window != 1:
+            raise SpanError(
+                f"{root}: span settings (span {span}, window {window}) need a folder of "
+                "span-N folders (TFX's {SPAN})"
+            )
+        return Resolution([0], {0: root}, {0: ""})
+    numbers = select(folders, span, window)
+    found = {}
+    for number in numbers:
+        try:
+            found[number] = span_source(folders[number])
+        except SpanError as err:
+            raise SpanError(f"span-{number} ({folders[number]}) cannot be used: {err}") from err
+        check_complete(number, folders[number], found[number])
+    fingerprints = {n: content_fingerprint(path) for n, path in found.items()}
+    return Resolution(numbers, found, fingerprints)
+
+
+def check_not_stale(fingerprints: dict[int, str], served: ServedState, force: bool = False) -> None:
+    """Refuses (SpanError) a span whose fingerprint differs from the one a served version
+    published for its number; raises NoNewSpan when the newest span is one the served
+    version was trained on (its ancestors' spans included), unless `force`. Span 0 (a plain
+    source) has no rule."""
+    for number, fingerprint in sorted(fingerprints.items()):
+        published, version = served.published.get(number, (None, None))
+        if number and published is not None and published != fingerprint:
+            raise SpanError(
+                f"span-{number}: its content changed since served version {version} "
+                f"was trained on it (fingerprint {fingerprint[:12]}, published "
+                f"{published[:12]}); data must not change under a published span: add it "
+                "as a new span"
+            )
     newest = max(fingerprints)
-    if newest and records and newest in records[-1].spans and not force:
-        served = sorted(records[-1].spans)
+    if newest and newest in served.spans and not force:
         raise NoNewSpan(
-            f"no new span: served version {records[-1].version} was trained on spans "
-            f"{served}, which include span-{newest}; nothing to train (--force retrains)"
+            f"no new span: served version {served.version} was trained on spans "
+            f"{sorted(served.spans)}, which include span-{newest}; nothing to train "
+            "(--force retrains)"
         )
 
 

@@ -41,6 +41,26 @@ def _prepared(args: argparse.Namespace, output_dir: Path):
     return config, choice
 
 
+def _at_least_1(text: str, note: str = "") -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more{note}, got {value}")
+    return value
+
+
+def _span_number(text: str) -> int:
+    """--span N: span folders are numbered from 1 (0 is what a plain source is called)."""
+    return _at_least_1(text, " (0 stands for a plain source)")
+
+
+def _window(text: str) -> int:
+    """--spans K: at least one span."""
+    return _at_least_1(text)
+
+
 def _no_new_span(output_dir: Path, err: Exception, started: float) -> int:
     """Nothing new to train: one line, a run summary that says so, exit status 0."""
     from pipeline.local.summary import RunSummary
@@ -172,11 +192,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "spans (--data holding span-1/, span-2/, ...: TFX's {SPAN})",
     )
     spans.add_argument(
-        "--span", type=int, metavar="N", help="train on span N (default: the newest span)"
+        "--span", type=_span_number, metavar="N", help="train on span N (default: the newest span)"
     )
     spans.add_argument(
         "--spans",
-        type=int,
+        type=_window,
         metavar="K",
         help="train on a rolling window: the newest K spans up to --span (default: 1)",
     )

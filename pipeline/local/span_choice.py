@@ -10,6 +10,7 @@ import hashlib
 
 from components.cifar10_example_gen import spans
 from components.cifar10_example_gen.sources import SourceError, count_records, fingerprint
+from components.served_versions import read_served_state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,25 +34,27 @@ class SpanChoice:
 def choose(
     source: str, span: int | None, window: int | None, force: bool, serving_model_dir: str
 ) -> SpanChoice:
-    """Raises SourceError (a bad or half-copied span, naming its folder), spans.SpanError
-    (no such span, a changed published span) or spans.NoNewSpan (nothing new to train)."""
-    folders = spans.span_folders(source)
-    if not folders:
-        if span is not None or window is not None:
-            raise spans.SpanError(
-                f"{source}: --span and --spans need a folder of span-N folders (TFX's {{SPAN}})"
-            )
+    """`spans.resolve` with the run's flags, then the nothing-stale rule against the served
+    state. Raises SourceError (a bad span, naming its folder), spans.SpanError (no such span,
+    a half-copied or changed published span) or spans.NoNewSpan (nothing new to train)."""
+    flagged = span is not None or window is not None
+    if flagged and not spans.span_folders(source):
+        raise spans.SpanError(
+            f"{source}: --span and --spans need a folder of span-N folders (TFX's {{SPAN}})"
+        )
+    chosen = spans.resolve(
+        source, spans.NEWEST if span is None else span, 1 if window is None else window
+    )
+    if chosen.numbers == [0]:
         return SpanChoice([0], {0: source}, count_records(source), fingerprint(source))
-    numbers = spans.select(folders, spans.NEWEST if span is None else span, window or 1)
-    found, counts = {}, {"train": 0, "test": 0}
-    for number in numbers:
+    counts = {"train": 0, "test": 0}
+    for number in chosen.numbers:  # every record checked (an archive's already, by resolve)
         try:
-            found[number] = spans.span_source(folders[number])
-            for split, count in count_records(found[number]).items():
+            for split, count in count_records(chosen.sources[number]).items():
                 counts[split] += count
-        except (SourceError, spans.SpanError) as err:
-            raise SourceError(f"span-{number} ({folders[number]}) cannot be used: {err}") from err
-    fingerprints = {n: spans.content_fingerprint(path) for n, path in found.items()}
-    spans.check_not_stale(fingerprints, spans.served_records(serving_model_dir), force)
-    key = hashlib.sha256(spans.record_json(fingerprints).encode()).hexdigest()[:16]
-    return SpanChoice(numbers, found, counts, key)
+        except SourceError as err:
+            folder = spans.span_folders(source)[number]
+            raise SourceError(f"span-{number} ({folder}) cannot be used: {err}") from err
+    spans.check_not_stale(chosen.fingerprints, read_served_state(serving_model_dir), force)
+    key = hashlib.sha256(spans.record_json(chosen.fingerprints).encode()).hexdigest()[:16]
+    return SpanChoice(chosen.numbers, chosen.sources, counts, key)
