@@ -25,13 +25,13 @@ def _blessing(tmp_path, blessed: bool):
     return blessing
 
 
-def _push(tmp_path, model, blessed, base):
+def _push(tmp_path, model, blessed, base, **properties):
     pushed = standard_artifacts.PushedModel()
     pushed.uri = str(tmp_path / "pushed")
     pusher.Executor().Do(
         {"model": [model], "model_blessing": [_blessing(tmp_path, blessed)]},
         {"pushed_model": [pushed]},
-        {pusher.BASE_DIRECTORY_KEY: str(base)},
+        {pusher.BASE_DIRECTORY_KEY: str(base), **properties},
     )
     return pushed
 
@@ -59,15 +59,17 @@ def test_unblessed_model_is_not_pushed_and_old_versions_stay(tmp_path):
     assert pushed.get_int_custom_property("pushed") == 0
 
 
-def test_new_model_adds_a_higher_version_and_same_model_adds_none(tmp_path):
+def test_new_model_adds_a_higher_version_and_the_served_model_adds_none(tmp_path):
     base = tmp_path / "serving" / "cifar10"
-    first = _model(tmp_path, "first")
+    first, second = _model(tmp_path, "first"), _model(tmp_path, "second")
     _push(tmp_path, first, True, base)
-    _push(tmp_path, _model(tmp_path, "second"), True, base)
+    _push(tmp_path, second, True, base)
     versions = _versions(base)
     assert len(versions) == 2 and int(versions[1]) > int(versions[0])
-    _push(tmp_path, first, True, base)  # a rerun re-blessing an already served model
-    assert _versions(base) == versions
+    pushed = _push(tmp_path, second, True, base)  # a rerun re-blessing the served model
+    assert _versions(base) == versions and pushed.get_int_custom_property("new_version") == 0
+    _push(tmp_path, first, True, base)  # an older version's model: served again, as new
+    assert len(_versions(base)) == 3
 
 
 def test_push_that_fails_midway_leaves_no_partial_version(tmp_path, monkeypatch):
@@ -87,3 +89,30 @@ def test_push_that_fails_midway_leaves_no_partial_version(tmp_path, monkeypatch)
     _push(tmp_path, _model(tmp_path, "again"), True, base)  # the next push cleans up
     assert len(_versions(base)) == 1
     assert not [n for n in os.listdir(base) if n.startswith(pusher.STAGING_PREFIX)]
+
+
+def test_the_expected_served_version_property_stops_a_push_against_a_changed_version(tmp_path):
+    base = tmp_path / "serving" / "cifar10"
+    _push(tmp_path, _model(tmp_path, "first"), True, base, expected_served_version="")
+    [first] = _versions(base)
+    second = _model(tmp_path, "second")
+    with pytest.raises(pusher.ServedVersionChanged, match=f"it read nothing, .* serves {first};"):
+        _push(tmp_path, second, True, base, expected_served_version="")
+    assert _versions(base) == [first]
+    _push(tmp_path, second, True, base, expected_served_version=first)
+    assert len(_versions(base)) == 2
+
+
+def test_the_component_takes_the_expected_served_version(tmp_path):
+    from tfx.types import channel_utils
+
+    from components.atomic_pusher.component import AtomicPusher
+
+    channel = channel_utils.as_channel
+    component = AtomicPusher(
+        model=channel([standard_artifacts.Model()]),
+        model_blessing=channel([standard_artifacts.ModelBlessing()]),
+        base_directory=str(tmp_path),
+        expected_served_version="1700000000",
+    )
+    assert component.exec_properties[pusher.EXPECTED_SERVED_KEY] == "1700000000"
