@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -381,3 +382,42 @@ def test_real_saved_models_pushed_at_once_each_load_from_their_version(tmp_path)
     assert len({version for _, version, _ in results.values()}) == 2
     for value, (path, _, _) in results.items():
         assert float(tf.saved_model.load(path).predict()) == 2.0 * value
+
+
+def test_pushes_at_once_to_an_object_store_path(tmp_path, monkeypatch):
+    """The remote branch for real, on TensorFlow's in-memory ram:// filesystem: the lease
+    object as the lock, LEASE files written through tf.io.gfile."""
+    import tensorflow as tf
+
+    from components.atomic_pusher import lock
+
+    monkeypatch.setattr(lock, "SETTLE_SECONDS", 0.05)
+    base = f"ram://push-{uuid.uuid4().hex}/serving"
+    models = {name: _model(tmp_path, name) for name in ("one", "two")}
+    both_staging, real_copy = threading.Barrier(2, timeout=60), pusher.copy_to_staging
+
+    def copy_together(*args):
+        both_staging.wait()
+        return real_copy(*args)
+
+    monkeypatch.setattr(pusher, "copy_to_staging", copy_together)
+    results = {}
+    _run_threads(
+        *(
+            lambda name=name: results.update({name: pusher.publish_version(models[name], base)})
+            for name in models
+        )
+    )
+    assert sorted(served_versions.complete_versions(base)) == sorted(
+        version for _, version, _ in results.values()
+    )
+    for name, (path, _, is_new) in results.items():
+        pushed = {
+            os.path.relpath(os.path.join(root, n), path): tf.io.gfile.GFile(
+                os.path.join(root, n), "rb"
+            ).read()
+            for root, _, names in tf.io.gfile.walk(path)
+            for n in names
+        }
+        assert is_new and pushed == _expected(models[name])
+    assert sorted(tf.io.gfile.listdir(base)) == sorted(served_versions.complete_versions(base))
