@@ -1,5 +1,6 @@
 """AtomicPusher: only blessed models, complete versions only, older versions kept."""
 
+import json
 import os
 
 import pytest
@@ -25,14 +26,15 @@ def _blessing(tmp_path, blessed: bool):
     return blessing
 
 
-def _push(tmp_path, model, blessed, base):
+def _push(tmp_path, model, blessed, base, served=None, examples=None):
     pushed = standard_artifacts.PushedModel()
     pushed.uri = str(tmp_path / "pushed")
-    pusher.Executor().Do(
-        {"model": [model], "model_blessing": [_blessing(tmp_path, blessed)]},
-        {"pushed_model": [pushed]},
-        {pusher.BASE_DIRECTORY_KEY: str(base)},
-    )
+    inputs = {"model": [model], "model_blessing": [_blessing(tmp_path, blessed)]}
+    if served is not None:
+        inputs["served_model"] = [served]
+    if examples is not None:
+        inputs["examples"] = [examples]
+    pusher.Executor().Do(inputs, {"pushed_model": [pushed]}, {pusher.BASE_DIRECTORY_KEY: str(base)})
     return pushed
 
 
@@ -59,15 +61,17 @@ def test_unblessed_model_is_not_pushed_and_old_versions_stay(tmp_path):
     assert pushed.get_int_custom_property("pushed") == 0
 
 
-def test_new_model_adds_a_higher_version_and_same_model_adds_none(tmp_path):
+def test_new_model_adds_a_higher_version_and_the_served_model_adds_none(tmp_path):
     base = tmp_path / "serving" / "cifar10"
-    first = _model(tmp_path, "first")
+    first, second = _model(tmp_path, "first"), _model(tmp_path, "second")
     _push(tmp_path, first, True, base)
-    _push(tmp_path, _model(tmp_path, "second"), True, base)
+    _push(tmp_path, second, True, base)
     versions = _versions(base)
     assert len(versions) == 2 and int(versions[1]) > int(versions[0])
-    _push(tmp_path, first, True, base)  # a rerun re-blessing an already served model
-    assert _versions(base) == versions
+    pushed = _push(tmp_path, second, True, base)  # a rerun re-blessing the served model
+    assert _versions(base) == versions and pushed.get_int_custom_property("new_version") == 0
+    _push(tmp_path, first, True, base)  # an older version's model: served again, as new
+    assert len(_versions(base)) == 3
 
 
 def test_push_that_fails_midway_leaves_no_partial_version(tmp_path, monkeypatch):
@@ -87,3 +91,65 @@ def test_push_that_fails_midway_leaves_no_partial_version(tmp_path, monkeypatch)
     _push(tmp_path, _model(tmp_path, "again"), True, base)  # the next push cleans up
     assert len(_versions(base)) == 1
     assert not [n for n in os.listdir(base) if n.startswith(pusher.STAGING_PREFIX)]
+
+
+def _served_state(tmp_path, version):
+    """The ServedState step's output as a run that read `version` (None: nothing served)."""
+    from components.served_versions import ServedState
+
+    served = standard_artifacts.Model()
+    served.uri = str(tmp_path / f"served-{version}")
+    os.makedirs(served.uri, exist_ok=True)
+    with open(os.path.join(served.uri, "served_state.json"), "w") as out:
+        out.write(ServedState(version=version).to_json())
+    return served
+
+
+def test_a_push_stops_when_the_served_version_changed_since_the_run_read_it(tmp_path):
+    base = tmp_path / "serving" / "cifar10"
+    _push(tmp_path, _model(tmp_path, "first"), True, base, served=_served_state(tmp_path, None))
+    [first] = _versions(base)
+    second = _model(tmp_path, "second")
+    with pytest.raises(pusher.ServedVersionChanged, match=f"it read nothing, .* serves {first};"):
+        _push(tmp_path, second, True, base, served=_served_state(tmp_path, None))
+    assert _versions(base) == [first]
+    _push(tmp_path, second, True, base, served=_served_state(tmp_path, first))
+    assert len(_versions(base)) == 2
+
+
+def _examples_with_spans(tmp_path, fingerprints):
+    examples = standard_artifacts.Examples()
+    examples.uri = str(tmp_path / "examples")
+    os.makedirs(examples.uri, exist_ok=True)
+    record = {"spans": sorted(int(n) for n in fingerprints), "fingerprints": fingerprints}
+    with open(os.path.join(examples.uri, "training_spans.json"), "w") as out:
+        json.dump(record, out)
+    return examples
+
+
+def test_a_warm_started_version_records_its_ancestors_spans(tmp_path):
+    """Lineage: a model fine-tuned from the version trained on span 1 has seen span 1 too,
+    so its version records spans 1 and 2, and span 1 is not new to it."""
+    base = tmp_path / "serving" / "cifar10"
+    model = _model(tmp_path, "tuned")
+    with open(os.path.join(model.uri, "warm_started_from.json"), "w") as out:
+        json.dump({"version_dir": "/served/100", "spans": {"1": "aaa"}}, out)
+    examples = _examples_with_spans(tmp_path, {"2": "bbb"})
+    _push(tmp_path, model, True, base, examples=examples)
+    [version] = _versions(base)
+    record = json.loads((base / version / "training_spans.json").read_text())
+    assert record == {"spans": [1, 2], "fingerprints": {"1": "aaa", "2": "bbb"}}
+
+
+def test_a_version_trained_from_scratch_records_its_own_spans(tmp_path):
+    base = tmp_path / "serving" / "cifar10"
+    _push(
+        tmp_path,
+        _model(tmp_path),
+        True,
+        base,
+        examples=_examples_with_spans(tmp_path, {"2": "bbb"}),
+    )
+    [version] = _versions(base)
+    record = json.loads((base / version / "training_spans.json").read_text())
+    assert record == {"spans": [2], "fingerprints": {"2": "bbb"}}

@@ -9,7 +9,9 @@ from components.atomic_pusher.executor import BASE_DIRECTORY_KEY, Executor
 
 
 class AtomicPusherSpec(ComponentSpec):
-    PARAMETERS = {BASE_DIRECTORY_KEY: ExecutionParameter(type=str)}
+    PARAMETERS = {
+        BASE_DIRECTORY_KEY: ExecutionParameter(type=str),
+    }
     INPUTS = {
         "model": ChannelParameter(type=standard_artifacts.Model),
         "model_blessing": ChannelParameter(type=standard_artifacts.ModelBlessing),
@@ -17,8 +19,9 @@ class AtomicPusherSpec(ComponentSpec):
         "statistics": ChannelParameter(type=standard_artifacts.ExampleStatistics, optional=True),
         # The spans it was trained on (with fingerprints), kept for the nothing-stale rule.
         "examples": ChannelParameter(type=standard_artifacts.Examples, optional=True),
-        # The served state the run read at its start: the push stops if another version
-        # has been pushed since (the run was judged against a stale baseline).
+        # The served state the run read at its start: the push stops (ServedVersionChanged)
+        # if another version is served by then (the run was judged against a stale one).
+        # Not wired: not checked.
         "served_model": ChannelParameter(type=standard_artifacts.Model, optional=True),
     }
     OUTPUTS = {"pushed_model": ChannelParameter(type=standard_artifacts.PushedModel)}

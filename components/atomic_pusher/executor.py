@@ -1,17 +1,28 @@
-"""Pusher executor whose version directories are never loadable half-written.
+"""Pusher executor: a blessed model becomes `<base>/<version>/` (TF Serving layout), never
+loadable half-written, numbered in the order pushes finish, pushed only against the served
+version its run judged against.
 
-TFX's stock Pusher copies the model straight into `<base>/<version>/`; a crash
-mid-copy leaves a partial version that TF Serving may try to load. Here the copy
-goes to a hidden staging folder first. Renaming that folder into place is atomic on a
-local disk but not on object stores (on GCS a folder rename copies and deletes object by
-object), so the staged files are moved into `<base>/<version>/` one file at a time with
-`saved_model.pb` last: TF Serving loads a version only once its saved_model.pb exists,
-and by then every other file is complete. A version folder without saved_model.pb (a
-push killed midway) holds nothing servable and is removed by the next push.
+The protocol (components/atomic_pusher/staging.py, lock.py; what a complete version is and
+which is the newest: components/served_versions.py):
+
+1. Stage: copy the model, PUSHED_FROM (the model's path) and the kept files (statistics,
+   spans record) into `<base>/.staging-<uuid4 hex>/`, whose LEASE is written first.
+2. Commit, under the serving folder's push lock (`<base>/.push.lock`): remove numbered
+   folders without saved_model.pb (commits that died midway: commits happen under the lock);
+   if the newest complete version's PUSHED_FROM names this model, it is already served
+   (a retry adds no version); else if that version is not the one the run read at its start
+   (`expected_served`: the ServedState step's output), raise ServedVersionChanged; else
+   number the version max(unix seconds, highest numbered folder + 1), chosen now, so a later commit is always
+   higher, and move the staged files in one by one, saved_model.pb last: each file move is
+   atomic on a local disk and on object stores (one object), a folder move is not on GCS,
+   and TF Serving loads a version only once its saved_model.pb exists.
+3. The staging folder is removed, whether the push committed or failed. Staging folders of
+   dead pushes (staging.is_dead) are removed by the next push; a live push's never are.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -21,56 +32,79 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils
 
+from components import served_versions
+from components.atomic_pusher.lock import push_lock
+from components.atomic_pusher.staging import (  # noqa: F401 - STAGING_PREFIX, DEAD_AFTER_SECONDS: named here too
+    DEAD_AFTER_SECONDS,
+    LEASE_FILE,
+    STAGING_PREFIX,
+    clear_dead_staging,
+    staging_folder,
+)
 from components.contract import (
+    NO_NEW_SPAN_PROPERTY,
     SAVED_MODEL_FILE,
     SERVED_SPANS_FILE,
     SERVED_STATISTICS_FILE,
     TRAIN_SPLIT,
+    WARM_START_FILE,
 )
 from components.tfx_files import statistics_file
 
 BASE_DIRECTORY_KEY = "base_directory"
-STAGING_PREFIX = ".staging-"
 # Beside saved_model.pb (TF Serving ignores other files): which model a version holds,
 # so pushing the same model again (a rerun with a new blessing) adds no new version.
 SOURCE_FILE = "PUSHED_FROM"
 NEW_VERSION_KEY = "new_version"
 
 
+class _Any:
+    def __repr__(self) -> str:
+        return "ANY"
+
+
+ANY = _Any()  # expected_served for callers that do not know what was served: no check
+
+
+class ServedVersionChanged(RuntimeError):
+    """The serving folder serves another version than the one the run judged against."""
+
+    def __init__(self, read: str | None, now: str | None):
+        self.read, self.now = read, now
+        read, now = read or "nothing", now or "nothing"
+        super().__init__(
+            f"served version changed during this run: it read {read}, the serving folder now"
+            f" serves {now}; nothing pushed (rerun to judge against {now})"
+        )
+
+
 def _next_version(base_directory: str) -> str:
-    """Unix seconds, bumped past any existing version so versions only increase."""
-    existing = (
-        [int(n.rstrip("/")) for n in fileio.listdir(base_directory) if n.rstrip("/").isdigit()]
-        if fileio.exists(base_directory)
-        else []
-    )
+    """Unix seconds, bumped past any numbered folder so versions only increase."""
+    existing = [int(n) for n in served_versions.listdir(base_directory) if n.isdigit()]
     return str(max([int(time.time())] + [v + 1 for v in existing]))
 
 
-def clear_stale_staging(base_directory: str) -> None:
-    """Removes what a push killed midway leaves: staging folders, and version folders that
-    never got their saved_model.pb (nothing in them can be served)."""
-    if not fileio.exists(base_directory):
-        return
-    for name in fileio.listdir(base_directory):
-        path = os.path.join(base_directory, name.rstrip("/"))
-        if name.startswith(STAGING_PREFIX) or (
-            name.rstrip("/").isdigit() and not fileio.exists(os.path.join(path, SAVED_MODEL_FILE))
-        ):
-            fileio.rmtree(path)
+def _remove_dead_commits(base_directory: str) -> None:
+    """Under the push lock only: a numbered folder without saved_model.pb is a commit that
+    died midway (nothing in it can be served)."""
+    for name in served_versions.listdir(base_directory):
+        if name.isdigit() and not served_versions.is_complete(base_directory, name):
+            fileio.rmtree(served_versions.join(base_directory, name))
 
 
-def _version_holding(base_directory: str, model_path: str) -> str | None:
-    for name in fileio.listdir(base_directory):
-        source = os.path.join(base_directory, name.rstrip("/"), SOURCE_FILE)
-        complete = fileio.exists(os.path.join(base_directory, name.rstrip("/"), SAVED_MODEL_FILE))
-        if (
-            name.rstrip("/").isdigit()
-            and complete
-            and fileio.exists(source)
-            and io_utils.read_string_file(source) == model_path
-        ):
-            return name.rstrip("/")
+def _pushed_from(base_directory: str, version: str) -> str | None:
+    source = served_versions.join(base_directory, version, SOURCE_FILE)
+    return served_versions.read_text(source) if served_versions.exists(source) else None
+
+
+def _served_already(base_directory: str, model_path: str, expected_served):
+    """(path, version, False) when the newest complete version holds `model_path`; raises
+    ServedVersionChanged when the newest is not `expected_served`; else None."""
+    newest = served_versions.newest_complete_version(base_directory)
+    if newest is not None and _pushed_from(base_directory, newest) == model_path:
+        return served_versions.join(base_directory, newest), newest, False
+    if expected_served is not ANY and newest != expected_served:
+        raise ServedVersionChanged(expected_served, newest)
     return None
 
 
@@ -78,19 +112,26 @@ def copy_to_staging(model_path: str, staging: str, *kept: tuple[str, str]) -> No
     """The model, the file naming it, and `kept` (source path, name in the version): the
     training data's statistics and spans, moved into place with the model, so a version
     never lacks them."""
-    io_utils.copy_dir(model_path, staging)
-    io_utils.write_string_file(os.path.join(staging, SOURCE_FILE), model_path)
+    for name in fileio.listdir(model_path):
+        source = served_versions.join(model_path, name.rstrip("/"))
+        target = served_versions.join(staging, name.rstrip("/"))
+        if fileio.isdir(source):
+            io_utils.copy_dir(source, target)
+        else:
+            fileio.copy(source, target)
+    io_utils.write_string_file(served_versions.join(staging, SOURCE_FILE), model_path)
     for path, name in kept:
-        fileio.copy(path, os.path.join(staging, name))
+        fileio.copy(path, served_versions.join(staging, name))
 
 
 def _files_under(directory: str) -> list[str]:
-    """Paths of all files under `directory`, relative to it."""
-    return sorted(
+    """Paths of all files under `directory`, relative to it (its LEASE left out)."""
+    names = (
         os.path.relpath(os.path.join(root, name), directory)
         for root, _, names in fileio.walk(directory)
         for name in names
     )
+    return sorted(name for name in names if name != LEASE_FILE)
 
 
 def move_into_place(staging: str, final: str) -> None:
@@ -101,38 +142,73 @@ def move_into_place(staging: str, final: str) -> None:
         target = os.path.join(final, name)
         fileio.makedirs(os.path.dirname(target))
         fileio.rename(os.path.join(staging, name), target)
-    fileio.rmtree(staging)
 
 
 def publish_version(
-    model_path: str, base_directory: str, *kept: tuple[str, str]
+    model_path: str, base_directory: str, *kept: tuple[str, str], expected_served=ANY
 ) -> tuple[str, str, bool]:
-    """Copies a SavedModel to `<base>/<version>/`, loadable only once complete.
+    """Copies a SavedModel to `<base>/<version>/`, loadable only once complete (the module's
+    docstring has the protocol). `expected_served`: the newest complete version the run read
+    at its start (None: nothing was served), or ANY to skip that check.
 
     Returns (path, version, is_new); is_new is False when that model is already served.
     """
     fileio.makedirs(base_directory)
-    clear_stale_staging(base_directory)
-    existing = _version_holding(base_directory, model_path)
-    if existing is not None:
-        return os.path.join(base_directory, existing), existing, False
-    version = _next_version(base_directory)
-    staging = os.path.join(base_directory, f"{STAGING_PREFIX}{version}")
-    copy_to_staging(model_path, staging, *kept)
-    final = os.path.join(base_directory, version)
-    move_into_place(staging, final)
-    return final, version, True
+    clear_dead_staging(base_directory)
+    # Checked before copying too, so a retry copies nothing and a stale run fails at once.
+    served = _served_already(base_directory, model_path, expected_served)
+    if served is not None:
+        return served
+    with staging_folder(base_directory) as staging:
+        copy_to_staging(model_path, staging, *kept)
+        with push_lock(base_directory):
+            _remove_dead_commits(base_directory)
+            served = _served_already(base_directory, model_path, expected_served)
+            if served is not None:
+                return served
+            version = _next_version(base_directory)
+            final = served_versions.join(base_directory, version)
+            move_into_place(staging, final)
+            return final, version, True
 
 
-def _kept(input_dict) -> list[tuple[str, str]]:
+def _spans_record(input_dict, folder: str) -> str | None:
+    """The spans the pushed model was trained on, written to `folder`: this run's (the
+    ExampleGen's record) and, for a warm-started model, those of the version it started
+    from (the Trainer's note beside the model), so a version's record covers its ancestors'
+    data. None when the run recorded no spans."""
+    examples = input_dict.get("examples")
+    record = os.path.join(examples[0].uri, SERVED_SPANS_FILE) if examples else ""
+    if not record or not fileio.exists(record):
+        return None
+    fingerprints = json.loads(io_utils.read_string_file(record))["fingerprints"]
+    started_from = os.path.join(input_dict["model"][0].uri, WARM_START_FILE)
+    if fileio.exists(started_from):
+        ancestors = json.loads(io_utils.read_string_file(started_from))["spans"]
+        fingerprints = {**ancestors, **fingerprints}
+    merged = {"spans": sorted(int(n) for n in fingerprints), "fingerprints": fingerprints}
+    path = os.path.join(folder, SERVED_SPANS_FILE)
+    io_utils.write_string_file(path, json.dumps(merged, sort_keys=True))
+    return path
+
+
+def _kept(input_dict, folder: str) -> list[tuple[str, str]]:
     """What a version keeps beside the model, from the optional inputs that are there."""
     kept = []
-    statistics, examples = input_dict.get("statistics"), input_dict.get("examples")
+    statistics = input_dict.get("statistics")
     if statistics:
         kept.append((statistics_file(statistics[0], TRAIN_SPLIT), SERVED_STATISTICS_FILE))
-    if examples and fileio.exists(os.path.join(examples[0].uri, SERVED_SPANS_FILE)):
-        kept.append((os.path.join(examples[0].uri, SERVED_SPANS_FILE), SERVED_SPANS_FILE))
+    record = _spans_record(input_dict, folder)
+    if record:
+        kept.append((record, SERVED_SPANS_FILE))
     return kept
+
+
+def expected_served(input_dict):
+    """The version the run read at its start, from the ServedState step's output (None:
+    nothing was served); ANY when that input is not wired (no check)."""
+    served = input_dict.get("served_model")
+    return served_versions.load_served_state(served[0].uri).version if served else ANY
 
 
 class Executor(pusher_executor.Executor):
@@ -141,12 +217,18 @@ class Executor(pusher_executor.Executor):
         model_push = artifact_utils.get_single_instance(
             output_dict[standard_component_specs.PUSHED_MODEL_KEY]
         )
+        examples = input_dict.get("examples") or []
+        if examples and examples[0].get_int_custom_property(NO_NEW_SPAN_PROPERTY):
+            model_push.set_int_custom_property(NO_NEW_SPAN_PROPERTY, 1)
         if not self.CheckBlessing(input_dict):
             self._MarkNotPushed(model_push)
             return
         serving_path, version, is_new = publish_version(
-            self.GetModelPath(input_dict), exec_properties[BASE_DIRECTORY_KEY], *_kept(input_dict)
-        )
+            self.GetModelPath(input_dict),
+            exec_properties[BASE_DIRECTORY_KEY],
+            *_kept(input_dict, model_push.uri),
+            expected_served=expected_served(input_dict),
+        )  # ServedVersionChanged propagates: the run fails with its one line
         logging.info(
             "Model version %s %s at %s",
             version,
