@@ -12,8 +12,9 @@ which is the newest: components/served_versions.py):
    if the newest complete version's PUSHED_FROM names this model, it is already served
    (a retry adds no version); else if that version is not the one the run read at its start
    (`expected_served`: the ServedState step's output), raise ServedVersionChanged; else
-   number the version max(unix seconds, highest numbered folder + 1), chosen now, so a later commit is always
-   higher, and move the staged files in one by one, saved_model.pb last: each file move is
+   number the version max(unix seconds, highest numbered folder + 1), chosen now, so a
+   later commit is always higher, and move the staged files in one by one, saved_model.pb
+   last: each file move is
    atomic on a local disk and on object stores (one object), a folder move is not on GCS,
    and TF Serving loads a version only once its saved_model.pb exists.
 3. The staging folder is removed, whether the push committed or failed. Staging folders of
