@@ -90,6 +90,18 @@ def version_spans(serving_model_dir: str, version: str) -> dict[int, str]:
     return {int(k): v for k, v in json.loads(read_text(record))["fingerprints"].items()}
 
 
+class ServedVersionChanged(RuntimeError):
+    """The serving folder serves another version than the one the run judged against."""
+
+    def __init__(self, read: str | None, now: str | None):
+        self.read, self.now = read, now
+        read, now = read or "nothing", now or "nothing"
+        super().__init__(
+            f"served version changed during this run: it read {read}, the serving folder now"
+            f" serves {now}; nothing pushed (rerun to judge against {now})"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class ServedState:
     """What is served when a run starts, read once: the newest complete version (None when
@@ -116,6 +128,13 @@ class ServedState:
             },
             indent=1,
         )
+
+    def read_key(self) -> str:
+        """A short key of this state: equal states, equal keys (the local runner's cache key
+        for the ServedState step)."""
+        import hashlib
+
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
 
     @classmethod
     def from_json(cls, text: str) -> ServedState:

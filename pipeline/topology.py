@@ -25,6 +25,7 @@ from components.contract import (
     EXAMPLES_SIGNATURE,
     LABEL_KEY,
     PROBABILITIES_KEY,
+    PUSHER_NODE,
     TRAIN_SPLIT,
     TRAINER_NODE,
 )
@@ -171,29 +172,10 @@ def _trainer(config: PipelineConfig, examples, schema, served_model):
 
 
 def _pusher(config: PipelineConfig, model, blessing, statistics, examples, served_model):
-    """Vertex's Pusher when deploying to an endpoint; else AtomicPusher into the serving
-    directory, each version with its training data's statistics beside it."""
-    if config.vertex is not None and config.vertex.endpoint:
-        from tfx.extensions.google_cloud_ai_platform import constants as vertex_constants
-        from tfx.extensions.google_cloud_ai_platform.pusher.component import (
-            Pusher as VertexPusher,
-        )
-
-        return VertexPusher(
-            model=model,
-            model_blessing=blessing,
-            custom_config={
-                vertex_constants.ENABLE_VERTEX_KEY: True,
-                vertex_constants.VERTEX_REGION_KEY: config.vertex.region,
-                vertex_constants.VERTEX_CONTAINER_IMAGE_URI_KEY: VERTEX_SERVING_IMAGE,
-                vertex_constants.SERVING_ARGS_KEY: {
-                    "project_id": config.vertex.project,
-                    "endpoint_name": config.vertex.endpoint,
-                    "machine_type": "n1-standard-4",
-                },
-            },
-        )
-    return AtomicPusher(
+    """AtomicPusher into the serving folder, each version with its training data's statistics
+    and spans beside it; with a Vertex endpoint, after deploying there, so that a deployment
+    is a version of the serving folder too (the served state every run reads)."""
+    pusher_args = dict(
         model=model,
         model_blessing=blessing,
         base_directory=config.serving_model_dir,
@@ -201,6 +183,18 @@ def _pusher(config: PipelineConfig, model, blessing, statistics, examples, serve
         examples=examples,
         served_model=served_model,
     )
+    if config.vertex is None or not config.vertex.endpoint:
+        return AtomicPusher(**pusher_args)
+    from components.atomic_pusher.vertex_endpoint import VertexEndpointPusher
+
+    serving = {
+        "project": config.vertex.project,
+        "region": config.vertex.region,
+        "endpoint": config.vertex.endpoint,
+        "image": VERTEX_SERVING_IMAGE,
+        "machine_type": "n1-standard-4",
+    }
+    return VertexEndpointPusher(serving, **pusher_args).with_id(PUSHER_NODE)
 
 
 def _span_settings(config: PipelineConfig) -> dict:

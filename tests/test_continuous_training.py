@@ -76,6 +76,14 @@ def test_a_new_span_warm_starts_from_the_served_model(spans_run):
     # ended (measured: 0.91 against 1.63 from scratch, label smoothing keeps it above 0.5)
     assert facts["warm_loss"] < 0.7 * facts["first_loss"]
     assert len(versions(out)) == 2
+    # lineage: the fine-tuned model has seen span 1 through its starting weights, so its
+    # version records span 1 (with span 1's own fingerprint) beside span 2
+    serving = out / "serving" / "cifar10"
+    first, second = (
+        json.loads((serving / v / SERVED_SPANS_FILE).read_text()) for v in versions(out)
+    )
+    assert second["spans"] == [1, 2]
+    assert second["fingerprints"]["1"] == first["fingerprints"]["1"]
 
 
 def test_no_new_span_trains_nothing_and_exits_0(spans_run):
@@ -84,7 +92,8 @@ def test_no_new_span_trains_nothing_and_exits_0(spans_run):
     done = cli("run", *common)
     assert done.returncode == 0, done.stderr[-4000:]
     [line] = done.stdout.strip().splitlines()
-    assert line.startswith(f"no new span: served version {before[-1]} was trained on spans [2]")
+    served = f"no new span: served version {before[-1]} was trained on spans [1, 2]"
+    assert line.startswith(served), line
     assert _summary(out)["outcome"] == "no_new_span" and versions(out) == before
 
 

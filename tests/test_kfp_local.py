@@ -42,10 +42,10 @@ FAST = [
     "--accuracy-gate",
     "0.3",
 ]
-TASKS = {*PIPELINE_NODES, "ServedModelBaseline"}
+TASKS = set(PIPELINE_NODES)
 BEFORE_TRAINING = {
     "Cifar10ExampleGen",
-    "ServedModelBaseline",
+    "ServedState",
     "ImportSchemaGen",
     "StatisticsGen",
     "ExampleValidator",
@@ -120,9 +120,7 @@ def test_plan_maps_every_cloud_uri_and_the_image_paths(kubeflow_file):
     tasks = planned.spec["root"]["dag"]["tasks"]
     constant = lambda task, key: tasks[task]["inputs"]["parameters"][key]["runtimeValue"]  # noqa: E731
     assert constant("Cifar10ExampleGen", "source_uri")["constant"] == "/data/c.tar.gz"
-    assert (
-        constant("ServedModelBaseline", "serving_model_dir")["constant"] == "/out/serving/cifar10"
-    )
+    assert constant("ServedState", "serving_model_dir")["constant"] == "/out/serving/cifar10"
     schema = constant("ImportSchemaGen", "schema_file")["constant"]
     assert schema == CONTAINER_SCHEMA_PATH.replace(CONTAINER_PROJECT_ROOT, str(REPO_ROOT))
     assert Path(schema).is_file()
@@ -133,11 +131,9 @@ def test_plan_maps_every_cloud_uri_and_the_image_paths(kubeflow_file):
 def test_plan_of_a_vertex_file_leaves_out_training_and_what_follows(vertex_file):
     planned = plan(vertex_file, "vertex")
     assert set(planned.steps) == BEFORE_TRAINING
-    # ServedModelBaseline runs before training (it feeds the Trainer's base_model)
+    # ServedState runs first (every later step reads it)
     assert list(planned.not_run) == ["Trainer", "AtomicPusher", "Evaluator"]
-    assert planned.not_run["Trainer"] == (
-        "calls Vertex AI (tfx.extensions.google_cloud_ai_platform.trainer.executor)"
-    )
+    assert planned.not_run["Trainer"] == ("calls Vertex AI (components.trainer.vertex_trainer)")
     for name in ("Evaluator", "AtomicPusher"):
         assert planned.not_run[name] == "needs a step that cannot run here"
     assert set(planned.spec["root"]["dag"]["tasks"]) == BEFORE_TRAINING
@@ -146,9 +142,26 @@ def test_plan_of_a_vertex_file_leaves_out_training_and_what_follows(vertex_file)
 def test_plan_names_the_endpoint_deploy_as_a_vertex_call(tmp_path):
     path = compile_file(tmp_path / "p.yaml", "vertex", DATA, "--endpoint", "cifar10-endpoint")
     planned = plan(path, "vertex")
-    [pusher] = [name for name in planned.not_run if "pusher" in planned.not_run[name]]
-    assert planned.not_run[pusher].startswith("calls Vertex AI (tfx.extensions.google_cloud")
+    reason = planned.not_run["AtomicPusher"]
+    assert reason == "calls Vertex AI (components.atomic_pusher.vertex_endpoint)", reason
+    assert planned.not_run["Trainer"] == "calls Vertex AI (components.trainer.vertex_trainer)"
     assert set(planned.steps) == BEFORE_TRAINING
+
+
+def test_the_google_executors_named_for_kfp_local_are_the_real_ones():
+    """kfp_local names the executors that call Google APIs without importing them (its
+    environment has no TFX): each name must be a module that exists, defining an executor."""
+    import importlib
+
+    from tfx.dsl.components.base.base_executor import BaseExecutor
+
+    for prefix in kfp_plan.GOOGLE_EXECUTOR_PREFIXES:
+        module = importlib.import_module(prefix.rstrip("."))
+        if prefix.startswith("components."):
+            assert any(
+                isinstance(value, type) and issubclass(value, BaseExecutor)
+                for value in vars(module).values()
+            ), prefix
 
 
 @pytest.mark.parametrize(
@@ -441,6 +454,30 @@ def test_the_same_file_runs_nightly_over_a_span_folder(kubeflow_file, kubeflow_p
     assert f"Warm start from {first}" in log.read_text()
     third = _local_kfp(kubeflow_file, spans, out)
     assert third.returncode == 0, third.stderr[-4000:]
-    assert f"outcome        no_new_span: no new span: served version {served[1]}" in third.stdout
-    assert "  Trainer                not run: an earlier step failed" in third.stdout
+    # every step succeeds and passes the night on: a green run that trained nothing
+    assert third.stderr.count(": SUCCESS in ") == len(TASKS) and "FAILED" not in third.stdout
+    served_now = f"served version {served[1]} was trained on spans [1, 2]"
+    assert f"outcome        no_new_span: no new span: {served_now}" in third.stdout
+    assert "blessed        no" in third.stdout and "pushed " not in third.stdout
+    [trainer_log] = sorted((out / "logs").glob("*/Trainer.log"))[-1:]
+    assert "Nothing trained: no new span" in trainer_log.read_text()
     assert sorted(p.name for p in (out / "serving" / "cifar10").iterdir()) == served
+
+
+@pytest.mark.integration
+@pytest.mark.kfp_local_run
+@pytest.mark.xdist_group("kfp_local")
+def test_the_vertex_file_on_a_night_with_nothing_new_succeeds(kubeflow_push, tmp_path):
+    """The Vertex file's night 3, with a served version already in place under its pipeline
+    root: the steps that run here succeed, the ExampleGen marks the night, and the run ends
+    successful with outcome no_new_span (on Vertex the Trainer then starts no CustomJob:
+    tests/test_nothing_new.py)."""
+    _, pushed, data = kubeflow_push
+    out = tmp_path / "out"
+    shutil.copytree(pushed / "serving", out / "serving")  # the served version, trained on span-1
+    path = compile_file(tmp_path / "cifar10.yaml", "vertex", "gs://bucket-x/nightly")
+    done = _local_kfp(path, data, out, "--target", "vertex")
+    assert done.returncode == 0, done.stderr[-4000:]
+    for name in BEFORE_TRAINING:
+        assert f"  {name:<22} SUCCESS" in done.stdout, done.stdout
+    assert "outcome        no_new_span: no new span: served version " in done.stdout

@@ -66,7 +66,7 @@ def test_the_file_loads_with_the_kfp_sdk(compiled):
     executors = set(parsed.deployment_spec["executors"].keys())
     for name, task in parsed.root.dag.tasks.items():
         assert parsed.components[task.component_ref.name].executor_label in executors, name
-    assert {"Trainer", "ServedModelBaseline", "Evaluator"} <= set(parsed.root.dag.tasks)
+    assert {"Trainer", "ServedState", "Evaluator"} <= set(parsed.root.dag.tasks)
 
 
 def test_the_file_is_pipeline_spec_2_1_which_the_kfp_backend_driver_runs(compiled):
@@ -117,12 +117,12 @@ def test_evaluator_baseline_is_the_served_model_step(compiled):
     _, spec = compiled
     tasks = spec["root"]["dag"]["tasks"]
     baseline = tasks["Evaluator"]["inputs"]["artifacts"]["baseline_model"]["taskOutputArtifact"]
-    assert baseline["producerTask"] == "ServedModelBaseline"
-    parameter = tasks["ServedModelBaseline"]["inputs"]["parameters"]["serving_model_dir"]
+    assert baseline["producerTask"] == "ServedState"
+    parameter = tasks["ServedState"]["inputs"]["parameters"]["serving_model_dir"]
     assert parameter["runtimeValue"]["constant"] == f"{ROOT}/serving/cifar10"
     executors = spec["deploymentSpec"]["executors"]
     assert (
-        "components.served_model_baseline.executor.EvaluatorExecutor"
+        "components.served_state.executor.EvaluatorExecutor"
         in executors["Evaluator_executor"]["container"]["args"]
     )
 
@@ -169,7 +169,7 @@ def test_local_and_kubeflow_pipelines_share_one_topology(tmp_path):
         return {(c.id, tuple(sorted(u.id for u in c.upstream_nodes))) for c in pipeline.components}
 
     assert edges(local) == edges(kubeflow)
-    assert ("Evaluator", ("Cifar10ExampleGen", "ServedModelBaseline", "Trainer")) in edges(local)
+    assert ("Evaluator", ("Cifar10ExampleGen", "ServedState", "Trainer")) in edges(local)
 
 
 def test_compiled_dag_edges_match_the_topology(compiled, tmp_path):
@@ -466,7 +466,7 @@ def test_submit_dry_run_describes_without_network(compiled, capsys):
     shown = capsys.readouterr().out
     assert "would create run 'r1'" in shown and "team-a" in shown
     assert f"root       {ROOT}" in shown and IMAGE in shown
-    assert "ServedModelBaseline" in shown and "Trainer" in shown
+    assert "ServedState" in shown and "Trainer" in shown
 
 
 @pytest.mark.parametrize(

@@ -42,9 +42,11 @@ class AtomicPusher(base_component.BaseComponent):
         statistics: types.BaseChannel | None = None,
         examples: types.BaseChannel | None = None,
         served_model: types.BaseChannel | None = None,
+        **parameters,
     ):
+        """`parameters`: a subclass's own execution parameters (its SPEC_CLASS's)."""
         super().__init__(
-            spec=AtomicPusherSpec(
+            spec=self.SPEC_CLASS(
                 model=model,
                 model_blessing=model_blessing,
                 statistics=statistics,
@@ -52,5 +54,6 @@ class AtomicPusher(base_component.BaseComponent):
                 served_model=served_model,
                 base_directory=base_directory,
                 pushed_model=types.Channel(type=standard_artifacts.PushedModel),
+                **parameters,
             )
         )

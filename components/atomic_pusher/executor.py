@@ -50,6 +50,7 @@ from components.contract import (
     TRAIN_SPLIT,
     WARM_START_FILE,
 )
+from components.served_versions import ServedVersionChanged
 from components.tfx_files import statistics_file
 
 BASE_DIRECTORY_KEY = "base_directory"
@@ -65,18 +66,6 @@ class _Any:
 
 
 ANY = _Any()  # expected_served for callers that do not know what was served: no check
-
-
-class ServedVersionChanged(RuntimeError):
-    """The serving folder serves another version than the one the run judged against."""
-
-    def __init__(self, read: str | None, now: str | None):
-        self.read, self.now = read, now
-        read, now = read or "nothing", now or "nothing"
-        super().__init__(
-            f"served version changed during this run: it read {read}, the serving folder now"
-            f" serves {now}; nothing pushed (rerun to judge against {now})"
-        )
 
 
 def _next_version(base_directory: str) -> str:
@@ -213,6 +202,11 @@ def expected_served(input_dict):
 
 
 class Executor(pusher_executor.Executor):
+    def deployed(self, input_dict, exec_properties, folder: str, expected) -> list:
+        """Files (path, name) a version keeps about where else the model was deployed, after
+        deploying it; none here (components/atomic_pusher/vertex_endpoint.py deploys)."""
+        return []
+
     def Do(self, input_dict, output_dict, exec_properties) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
         model_push = artifact_utils.get_single_instance(
@@ -224,11 +218,14 @@ class Executor(pusher_executor.Executor):
         if not self.CheckBlessing(input_dict):
             self._MarkNotPushed(model_push)
             return
+        expected = expected_served(input_dict)
+        kept = _kept(input_dict, model_push.uri)
+        kept += self.deployed(input_dict, exec_properties, model_push.uri, expected)
         serving_path, version, is_new = publish_version(
             self.GetModelPath(input_dict),
             exec_properties[BASE_DIRECTORY_KEY],
-            *_kept(input_dict, model_push.uri),
-            expected_served=expected_served(input_dict),
+            *kept,
+            expected_served=expected,
         )  # ServedVersionChanged propagates: the run fails with its one line
         logging.info(
             "Model version %s %s at %s",

@@ -37,7 +37,12 @@ def _prepared(args: argparse.Namespace, output_dir: Path):
     )
     config = local_runner.local_config(output_dir, source, "", training, **settings)
     choice = span_choice.choose(source, args.span, args.spans, args.force, config.serving_model_dir)
-    config = dataclasses.replace(config, source_fingerprint=choice.cache_key, **choice.settings)
+    config = dataclasses.replace(
+        config,
+        source_fingerprint=choice.cache_key,
+        served_read_key=choice.served_key,
+        **choice.settings,
+    )
     return config, choice
 
 
@@ -82,6 +87,7 @@ def _no_new_span(output_dir: Path, err: Exception, started: float) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from components.cifar10_example_gen.sources import SourceError
     from components.cifar10_example_gen.spans import NoNewSpan, SpanError
+    from components.served_versions import ServedVersionChanged
     from components.trainer.hardware import PrecisionError
     from components.validation_gate.checks import DataValidationError
     from pipeline.local import report_text
@@ -94,6 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         (PrecisionError, exit_status.BAD_INPUT),
         (local_runner.OutputDirError, exit_status.BAD_INPUT),
         (DataValidationError, exit_status.DATA_INVALID),
+        (ServedVersionChanged, exit_status.SERVED_CHANGED),
     )
     output_dir = Path(args.output_dir).resolve()
     checking = time.time()

@@ -7,3 +7,4 @@ BAD_INPUT = 2  # bad data source, bad arguments, locked output dir, unreadable i
 DATA_INVALID = 3  # data validation found anomalies; nothing was trained
 NOT_BLESSED = 4  # the model failed the accuracy gate; nothing was pushed
 LOST_CONTACT = 5  # submitted, but `submit --wait` lost contact; the job may still run
+SERVED_CHANGED = 6  # another version was pushed during the run; nothing pushed, rerun

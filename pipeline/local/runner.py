@@ -145,6 +145,7 @@ def _logs_to_file(path: Path) -> Iterator[None]:
 
 def outcome(facts: RunSummary, failure: BaseException | None) -> str:
     """How a run ended, for schedulers and people: the run summary's `outcome`."""
+    from components.served_versions import ServedVersionChanged
     from components.validation_gate.checks import DataDriftError, DataValidationError
 
     causes = [failure]
@@ -154,6 +155,8 @@ def outcome(facts: RunSummary, failure: BaseException | None) -> str:
         return "drift"
     if any(isinstance(c, DataValidationError) for c in causes):
         return "data_invalid"
+    if any(isinstance(c, ServedVersionChanged) for c in causes):
+        return "served_changed"
     if failure is not None:
         return "error"
     if facts.outcome == "no_new_span":  # nothing trained, evaluated or pushed: not a failure
@@ -166,18 +169,16 @@ def outcome(facts: RunSummary, failure: BaseException | None) -> str:
 def served_read_key(config: PipelineConfig) -> str:
     """The ServedState step's cache key for this run: what the serving folder holds now
     (components/served_versions.py), so a rerun reads it again exactly when it changed."""
-    import hashlib
-
     from components.served_versions import read_served_state
 
-    state = read_served_state(config.serving_model_dir).to_json()
-    return hashlib.sha256(state.encode()).hexdigest()[:16]
+    return read_served_state(config.serving_model_dir).read_key()
 
 
 def run(config: PipelineConfig, output_dir: Path) -> RunSummary:
     """Runs the pipeline and returns (and writes) the run summary."""
     started = time.time()
-    config = dataclasses.replace(config, served_read_key=served_read_key(config))
+    if not config.served_read_key:
+        config = dataclasses.replace(config, served_read_key=served_read_key(config))
     log_path = output_dir / "logs" / f"run-{time.strftime('%Y%m%d-%H%M%S')}.log"
     print(f"Full logs: {log_path}", file=sys.stderr)
     failure: BaseException | None = None

@@ -16,12 +16,14 @@ from components.served_versions import read_served_state
 @dataclasses.dataclass(frozen=True)
 class SpanChoice:
     """What a run ingests: span numbers (0: a plain source), their sources, the records per
-    source split, and the cache key of it all."""
+    source split, the cache key of it all, and that of the served state it was checked
+    against (the ServedState step's read key)."""
 
     numbers: list[int]
     sources: dict[int, str]
     counts: dict[str, int]
     cache_key: str
+    served_key: str = ""
 
     @property
     def settings(self) -> dict:
@@ -45,8 +47,11 @@ def choose(
     chosen = spans.resolve(
         source, spans.NEWEST if span is None else span, 1 if window is None else window
     )
+    served = read_served_state(serving_model_dir)
+    served_key = served.read_key()
     if chosen.numbers == [0]:
-        return SpanChoice([0], {0: source}, count_records(source), fingerprint(source))
+        counts = count_records(source)
+        return SpanChoice([0], {0: source}, counts, fingerprint(source), served_key)
     counts = {"train": 0, "test": 0}
     for number in chosen.numbers:  # every record checked (an archive's already, by resolve)
         try:
@@ -55,6 +60,6 @@ def choose(
         except SourceError as err:
             folder = spans.span_folders(source)[number]
             raise SourceError(f"span-{number} ({folder}) cannot be used: {err}") from err
-    spans.check_not_stale(chosen.fingerprints, read_served_state(serving_model_dir), force)
+    spans.check_not_stale(chosen.fingerprints, served, force)
     key = hashlib.sha256(spans.record_json(chosen.fingerprints).encode()).hexdigest()[:16]
-    return SpanChoice(chosen.numbers, chosen.sources, counts, key)
+    return SpanChoice(chosen.numbers, chosen.sources, counts, key, served_key)

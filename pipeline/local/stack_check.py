@@ -15,7 +15,7 @@ from pathlib import Path
 
 from components import contract
 
-# Every node of the pipeline; ServedModelBaseline reads the serving folder.
+# Every node of the pipeline, the served state first.
 EXPECTED_NODES = contract.PIPELINE_NODES
 # Both stacks run the same float32 graph on CPU; kernels may round differently.
 PROBABILITY_TOLERANCE = 1e-3
