@@ -11,7 +11,8 @@ import sys
 import warnings
 from pathlib import Path
 
-from components.contract import SAVED_MODEL_FILE, newest_served_version
+from components.contract import SAVED_MODEL_FILE
+from components.served_versions import newest_complete_version
 from pipeline.common import exit_status
 
 ACCEPTED_FORMATS = ("PNG", "JPEG")
@@ -27,13 +28,7 @@ def newest_version(model_dir: str) -> Path:
     root = Path(model_dir)
     if (root / SAVED_MODEL_FILE).exists():
         return root
-    version = (
-        newest_served_version(
-            (p.name for p in root.iterdir()), lambda name: (root / name / SAVED_MODEL_FILE).exists()
-        )
-        if root.is_dir()
-        else None
-    )
+    version = newest_complete_version(str(root))
     if version is None:
         raise ModelNotFoundError(
             f"{model_dir}: no pushed model version found; run `cifar10-pipeline run` first "
