@@ -118,7 +118,7 @@ def tpu_image_problem(stack: Stack, tpu_image: str) -> str:
         return (
             "--tpu-image is required when compiling on the current stack (TFX 1.21, "
             "TensorFlow 2.21): PyPI has no TensorFlow 2.21 TPU build, so the pipeline image "
-            'cannot train on a TPU; pass an image with one (README "Two stacks"), or compile '
+            "cannot train on a TPU; pass an image with one (docs/stacks.md), or compile "
             "on the legacy stack, whose Dockerfile builds the tpu-trainer image"
         )
     return ""

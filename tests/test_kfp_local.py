@@ -207,7 +207,7 @@ def test_local_kfp_without_its_environment_is_one_line(kubeflow_file, tmp_path, 
     missing = tmp_path / "none" / "python"
     assert cli.main(["local-kfp", str(kubeflow_file), "--kfp-python", str(missing)]) == 2
     err = capsys.readouterr().err
-    assert err == f"error: {missing} not found: run `make setup-kfp` (see README, Kubeflow)\n"
+    assert err == f"error: {missing} not found: run `make setup-kfp` (see docs/kubeflow.md)\n"
 
 
 # --- kfp.local itself (.venv-kfp): two plain-script steps in a pipeline like TFX's ---

@@ -26,7 +26,7 @@ def cmd_local_kfp(args: argparse.Namespace) -> int:
         (dockerfile, "install from a checkout with `make setup`"),
     ):
         if not needed.exists():
-            print(f"error: {needed} not found: {hint} (see README, Kubeflow)", file=sys.stderr)
+            print(f"error: {needed} not found: {hint} (see docs/kubeflow.md)", file=sys.stderr)
             return exit_status.BAD_INPUT
     command = [str(kfp_python), "-m", "pipeline.kfp_local", args.pipeline_file]
     command += ["--target", args.target, "--output-dir", args.output_dir]

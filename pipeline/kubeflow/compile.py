@@ -61,7 +61,7 @@ def kubeflow_config(
     if training.strategy == "multi_worker":
         raise ValueError(
             "--workers / --strategy multi_worker are not compiled for Kubeflow Pipelines: "
-            "the Trainer is one pod (see README, Kubeflow: several workers)"
+            "the Trainer is one pod (see docs/kubeflow.md)"
         )
     return cloud_pipeline_config(
         pipeline_name=pipeline_name,

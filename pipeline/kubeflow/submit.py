@@ -141,7 +141,7 @@ def submit(submission: Submission) -> str:
             raise SubmitError(
                 f"{submission.host} refused the request ({err.status} "
                 f"{err.reason}): pass credentials the cluster accepts (see "
-                "README, Kubeflow Pipelines)"
+                "docs/kubeflow.md)"
             ) from err
         raise SubmitError(
             f"Kubeflow Pipelines at {submission.host} refused the run: {err.status} {err.reason}"
