@@ -23,7 +23,7 @@ from pipeline.local.examples import read_split
 from pipeline.settings.config import CONTAINER_PROJECT_ROOT, CONTAINER_SCHEMA_PATH
 
 import cifar_fixtures as fx
-from conftest import PIPELINE_NODES
+from conftest import PIPELINE_NODES, versions
 from conftest import cli as run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -380,7 +380,7 @@ def test_the_kubeflow_file_runs_end_to_end_and_pushes(kubeflow_push):
     for name in TASKS:
         assert f"  {name:<22} SUCCESS" in done.stdout, done.stdout
     assert "blessed        yes" in done.stdout
-    [version] = (out / "serving" / "cifar10").iterdir()
+    [version] = [out / "serving" / "cifar10" / v for v in versions(out)]
     assert (version / "saved_model.pb").is_file()
     assert f"pushed         {version}" in done.stdout
 
@@ -396,7 +396,7 @@ def test_the_next_run_reads_the_pushed_statistics_back(
     _, pushed, _ = kubeflow_push
     out = tmp_path / "out"
     shutil.copytree(pushed, out)  # this test's own copy of the pipeline root
-    [version] = (out / "serving" / "cifar10").iterdir()
+    [version] = [out / "serving" / "cifar10" / v for v in versions(out)]
     assert (version / SERVED_STATISTICS_FILE).stat().st_size > 0
     dark = fx.scaled_archive(tmp_path / "dark.tar.gz", 0.6, per_class=60)
     done = _local_kfp(kubeflow_file, dark, out)
@@ -408,7 +408,7 @@ def test_the_next_run_reads_the_pushed_statistics_back(
     assert "drift: feature 'image_brightness': Jensen-Shannon divergence " in text
     assert f"against the training data of served version {version.name})" in text
     assert "  Trainer                not run: an earlier step failed" in done.stdout
-    assert [p.name for p in (out / "serving" / "cifar10").iterdir()] == [version.name]
+    assert versions(out) == [version.name]
 
 
 @pytest.mark.integration
@@ -444,11 +444,11 @@ def test_the_same_file_runs_nightly_over_a_span_folder(kubeflow_file, kubeflow_p
     out, spans = tmp_path / "out", tmp_path / "data"
     shutil.copytree(pushed, out)
     shutil.copytree(data, spans)
-    [first] = (out / "serving" / "cifar10").iterdir()
+    [first] = [out / "serving" / "cifar10" / v for v in versions(out)]
     span_two(spans / "span-2" / "cifar.tar.gz")
     second = _local_kfp(kubeflow_file, spans, out)
     assert second.returncode == 0, second.stderr[-4000:]
-    served = sorted(p.name for p in (out / "serving" / "cifar10").iterdir())
+    served = versions(out)
     assert len(served) == 2 and served[0] == first.name
     [log] = sorted((out / "logs").glob("*/Trainer.log"))[-1:]
     assert f"Warm start from {first}" in log.read_text()
@@ -461,7 +461,7 @@ def test_the_same_file_runs_nightly_over_a_span_folder(kubeflow_file, kubeflow_p
     assert "blessed        no" in third.stdout and "pushed " not in third.stdout
     [trainer_log] = sorted((out / "logs").glob("*/Trainer.log"))[-1:]
     assert "Nothing trained: no new span" in trainer_log.read_text()
-    assert sorted(p.name for p in (out / "serving" / "cifar10").iterdir()) == served
+    assert versions(out) == served
 
 
 @pytest.mark.integration
