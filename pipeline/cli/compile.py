@@ -146,7 +146,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--tpu-image",
         default="",
-        help="image of the TPU training job (Dockerfile target tpu-trainer; default: --image)",
+        help="image of the training job: required on a Cloud TPU (Dockerfile target "
+        "tpu-trainer); CPU/GPU workers default to --image",
     )
     parser.add_argument(
         "--tpu-cores", type=int, help="optional check: the TPU's cores (v2/v3) or chips (v5e)"

@@ -128,10 +128,14 @@ def _check_gpus(gpus: int, gpu_type: str) -> None:
 def _fitting_training(
     pools: WorkerPools, training: TrainingConfig, tpu_image: str
 ) -> TrainingConfig:
-    """The training settings that fit the pools; on a Cloud TPU, only with an image whose
-    TensorFlow can train there (stack.tpu_image_problem)."""
+    """The training settings that fit the pools; on a Cloud TPU, only with a TPU image named
+    (stack.tpu_image_problem), on either stack."""
     fitting = pools.training(training)
-    problem = stack.tpu_image_problem(stack.running_stack(), tpu_image) if pools.tpu_name else ""
+    problem = (
+        stack.tpu_image_problem(stack.running_stack(), tpu_image, pools.tpu_name)
+        if pools.tpu_name
+        else ""
+    )
     if problem:
         raise ValueError(problem)
     return fitting
