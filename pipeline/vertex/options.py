@@ -11,6 +11,7 @@ from pipeline.settings.config import (
     PipelineConfig,
     TrainingConfig,
     VertexConfig,
+    check_beam_args,
     cloud_pipeline_config,
 )
 from pipeline.settings.tpu import tpu_worker
@@ -178,11 +179,7 @@ def vertex_config(
     pools = WorkerPools(
         tpu_type, tpu_count, workers, worker_machine_type, worker_gpus, worker_gpu_type
     )
-    for arg in beam_args:
-        if not arg.startswith("--"):
-            raise ValueError(
-                f"--beam-arg '{arg}' must be a Beam option such as --beam-arg=--disk_size_gb=50"
-            )
+    beam_args = check_beam_args(beam_args)
     if network and not re.fullmatch(r"projects/[^/]+/global/networks/[^/]+", network):
         raise ValueError(
             f"--network must be projects/PROJECT_NUMBER/global/networks/NAME, got '{network}'"
