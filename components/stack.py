@@ -108,20 +108,28 @@ def kfp_local_python(checkout: Path) -> Path:
     return checkout / KFP_VENV / "bin" / "python"
 
 
-def tpu_image_problem(stack: Stack, tpu_image: str) -> str:
+def tpu_image_problem(stack: Stack, tpu_image: str, tpu_type: str = "v2-8") -> str:
     """Why a Cloud TPU training job compiled on `stack` could not train ('' if it can).
 
-    PyPI's newest `tensorflow-tpu` is 2.20 and TFX 1.21 pins TensorFlow 2.21, so the current
-    stack's image has no TPU TensorFlow and no TPU stage (Dockerfile.current): training there
-    needs an image the user built. The legacy image has its `tpu-trainer` stage."""
-    if stack is CURRENT and not tpu_image:
+    Without `--tpu-image` the TPU pool would run the pipeline image, whose TensorFlow is the
+    CPU build on both stacks: the file would compile and submit, and fail only on a paid TPU
+    node. The legacy Dockerfile builds the TPU image (target tpu-trainer); PyPI's newest
+    `tensorflow-tpu` is 2.20 and TFX 1.21 pins TensorFlow 2.21, so the current stack has no
+    TPU stage (Dockerfile.current): training there needs an image the user built."""
+    if tpu_image:
+        return ""
+    needs = (
+        f"--tpu-type {tpu_type} trains on a Cloud TPU, which needs the TPU trainer image: "
+        "add --tpu-image IMAGE"
+    )
+    instead = "or train on CPU/GPU workers with --worker-machine-type"
+    if stack is CURRENT:
         return (
-            "--tpu-image is required when compiling on the current stack (TFX 1.21, "
-            "TensorFlow 2.21): PyPI has no TensorFlow 2.21 TPU build, so the pipeline image "
-            "cannot train on a TPU; pass an image with one (docs/stacks.md), or compile "
-            "on the legacy stack, whose Dockerfile builds the tpu-trainer image"
+            f"{needs} (a TPU build of TensorFlow 2.21, which PyPI does not have and "
+            f"Dockerfile.current does not build: docs/stacks.md), {instead}, or compile "
+            "on the legacy stack"
         )
-    return ""
+    return f"{needs} (Dockerfile target tpu-trainer), {instead}"
 
 
 def tfma_config() -> ModuleType:

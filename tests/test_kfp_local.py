@@ -56,9 +56,7 @@ BEFORE_TRAINING = {
 def compile_file(path: Path, target: str, data: str = DATA, *extra: str) -> Path:
     args = ["compile", "--target", target, "--pipeline-root", ROOT, "--image", IMAGE]
     if target == "vertex":
-        args += ["--project", "proj-x", "--region", "us-central1"]
-        if stack.running_stack() is stack.CURRENT:  # no TPU image of its own
-            args += ["--tpu-image", IMAGE]
+        args += ["--project", "proj-x", "--region", "us-central1", "--tpu-image", IMAGE]
     assert cli.main([*args, "--data", data, "--output", str(path), *FAST, *extra]) == 0
     return path
 

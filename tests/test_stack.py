@@ -166,10 +166,16 @@ def test_the_check_wants_the_host_to_serve_the_same_answers(tmp_path):
     assert stack_check.main([str(p) for p in paths]) == 1
 
 
-def test_only_the_current_stack_needs_a_tpu_image_named():
-    assert stack.tpu_image_problem(stack.LEGACY, "") == ""
-    assert stack.tpu_image_problem(stack.CURRENT, "r/cifar10-tpu:1") == ""
-    assert stack.tpu_image_problem(stack.CURRENT, "").startswith("--tpu-image is required")
+def test_both_stacks_need_a_tpu_image_named():
+    """The pipeline image's TensorFlow is the CPU build on either stack."""
+    for running in (stack.LEGACY, stack.CURRENT):
+        assert stack.tpu_image_problem(running, "r/cifar10-tpu:1") == ""
+        assert stack.tpu_image_problem(running, "", "v3-8").startswith(
+            "--tpu-type v3-8 trains on a Cloud TPU, which needs the TPU trainer image: "
+            "add --tpu-image IMAGE"
+        )
+    assert "Dockerfile target tpu-trainer" in stack.tpu_image_problem(stack.LEGACY, "")
+    assert "compile on the legacy stack" in stack.tpu_image_problem(stack.CURRENT, "")
 
 
 def test_compile_on_the_current_stack_refuses_tpu_training_without_a_tpu_image(
@@ -183,7 +189,7 @@ def test_compile_on_the_current_stack_refuses_tpu_training_without_a_tpu_image(
         "--pipeline-root", "gs://b/r", "--image", "r/cifar10:1", "--data", "gs://b/c.tar.gz",
     ]  # fmt: skip
     assert cli.main([*args, "--output", str(tmp_path / "tpu.json")]) == 2
-    assert "--tpu-image is required" in capsys.readouterr().err
+    assert "add --tpu-image IMAGE" in capsys.readouterr().err
     assert not (tmp_path / "tpu.json").exists()
     cpu = ["--worker-machine-type", "n1-standard-8", "--output", str(tmp_path / "cpu.json")]
     assert cli.main([*args, *cpu]) == 0  # CPU workers need no TPU image

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from google.cloud.aiplatform_v1.types import AcceleratorType, CustomJobSpec
 
-from components import stack
 from pipeline import cli
 from pipeline.local.runner import local_config
 from pipeline.settings.config import CONTAINER_SCHEMA_PATH, TrainingConfig
@@ -48,9 +47,10 @@ COMPILE_ARGS = [
     "TPU_V3",
     "--tpu-cores",
     "8",
-    # The current stack has no TPU image of its own (stack.tpu_image_problem): name one, the
-    # same as the pipeline image, so every assertion holds on both stacks.
-    *(["--tpu-image", IMAGE] if stack.running_stack() is stack.CURRENT else []),
+    # A TPU pool needs its image named (stack.tpu_image_problem): the same as the pipeline
+    # image here, so the assertions about images stay simple.
+    "--tpu-image",
+    IMAGE,
 ]
 
 
@@ -564,6 +564,8 @@ def test_compile_refuses_training_settings_a_tpu_cannot_honour(flags, message, t
             "gs://b/root",
             "--image",
             "img",
+            "--tpu-image",
+            "img-tpu",
             "--data",
             "gs://b/data.tar.gz",
             "--output",

@@ -1,12 +1,16 @@
 """`cifar10-pipeline compile`: the same topology for Vertex AI or Kubeflow Pipelines; each target's
-own flags are argument groups of their own."""
+own flags are argument groups of their own, refused with the other target
+(`pipeline.cli.target_flags`)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+from pipeline.cli import target_flags
 from pipeline.cli.shared import add_gate_args, add_training_args, training_config, wrote
+from pipeline.common import exit_status
 from pipeline.settings.tpu import ACCEPTED_NAMES as TPU_NAMES
 
 
@@ -59,18 +63,19 @@ def _vertex_config(args: argparse.Namespace):
         dataflow_region=args.dataflow_region,
         dataflow_temp_location=args.dataflow_temp_location,
         endpoint=args.endpoint,
-        beam_args=tuple(args.beam_arg),
         service_account=args.service_account,
         network=args.network,
         tpu_image=args.tpu_image,
         labels=vertex_options.parse_labels(args.label),
-        enable_cache=not args.no_cache,
         **_shared_compile_settings(args),
     )
 
 
 def _shared_compile_settings(args: argparse.Namespace) -> dict:
+    """The flags both targets honour, --beam-arg and --no-cache among them."""
     return {
+        "beam_args": tuple(args.beam_arg),
+        "enable_cache": not args.no_cache,
         "source_fingerprint": args.data_fingerprint,
         "eval_fraction": args.eval_fraction,
         "accuracy_gate": args.accuracy_gate,
@@ -99,6 +104,11 @@ def _compile_vertex(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    """A flag the target cannot honour is refused before anything is imported or written."""
+    refused = target_flags.refusal(args)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return exit_status.BAD_INPUT
     return {"kubeflow": _compile_kubeflow, "vertex": _compile_vertex}[args.target](args)
 
 
@@ -112,11 +122,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "deprecated PipelineJob JSON): the same DAG as `run`. Vertex: the Trainer "
         "on a Cloud TPU worker pool (strategy=tpu) and, optionally, Beam steps on "
         "Dataflow and the Pusher deploying to a Vertex endpoint. Kubeflow: the "
-        "Trainer in its own pod with the --trainer-* requests.",
+        "Trainer in its own pod with the --trainer-* requests. A flag of one target is "
+        "refused with the other (exit status 2), never dropped.",
     )
     parser.add_argument("--target", choices=["vertex", "kubeflow"], default="vertex")
-    parser.add_argument("--project", help="Google Cloud project id (vertex)")
-    parser.add_argument("--region", help="e.g. us-central1 (vertex)")
+    target_flags.add(parser, "--project", help="Google Cloud project id")
+    target_flags.add(parser, "--region", help="e.g. us-central1")
     parser.add_argument(
         "--pipeline-root",
         required=True,
@@ -137,27 +148,31 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default="",
         help="change this when the data at --data changes, so that Vertex caching re-ingests it",
     )
-    parser.add_argument(
+    target_flags.add(
+        parser,
         "--tpu-type",
-        default="",
         help=f"Cloud TPU of the training job: {', '.join(TPU_NAMES)} (default: v2-8, "
         "unless --worker-machine-type asks for CPU or GPU workers)",
     )
-    parser.add_argument(
+    target_flags.add(
+        parser,
         "--tpu-image",
-        default="",
-        help="image of the TPU training job (Dockerfile target tpu-trainer; default: --image)",
+        help="image of the training job: required on a Cloud TPU (Dockerfile target "
+        "tpu-trainer); CPU/GPU workers default to --image",
     )
-    parser.add_argument(
-        "--tpu-cores", type=int, help="optional check: the TPU's cores (v2/v3) or chips (v5e)"
+    target_flags.add(
+        parser,
+        "--tpu-cores",
+        type=int,
+        help="optional check: the TPU's cores (v2/v3) or chips (v5e)",
     )
-    parser.add_argument(
-        "--dataflow-region", default="", help="run the Beam steps on Dataflow in this region"
+    target_flags.add(
+        parser, "--dataflow-region", help="run the Beam steps on Dataflow in this region"
     )
-    parser.add_argument("--dataflow-temp-location", default="", metavar="GS_URI")
-    parser.add_argument(
+    target_flags.add(parser, "--dataflow-temp-location", metavar="GS_URI")
+    target_flags.add(
+        parser,
         "--endpoint",
-        default="",
         help="deploy the blessed model to this Vertex endpoint "
         "instead of pushing to <pipeline-root>/serving",
     )
@@ -175,76 +190,76 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def _add_vertex_worker_args(parser: argparse.ArgumentParser) -> None:
     """CPU or GPU machines instead of a Cloud TPU; only `compile --target vertex` reads them."""
     vertex = parser.add_argument_group("vertex: CPU or GPU training workers instead of a TPU")
-    vertex.add_argument(
+    target_flags.add(
+        vertex,
         "--worker-machine-type",
-        default="",
         help="train on --workers N machines of this type (e.g. n1-standard-8): a chief pool "
         "of one and a worker pool of N-1",
     )
-    vertex.add_argument("--worker-gpus", type=int, default=0, metavar="N", help="GPUs per worker")
-    vertex.add_argument(
-        "--worker-gpu-type", default="", help="Vertex accelerator type, e.g. NVIDIA_TESLA_T4"
+    target_flags.add(vertex, "--worker-gpus", type=int, metavar="N", help="GPUs per worker")
+    target_flags.add(
+        vertex, "--worker-gpu-type", help="Vertex accelerator type, e.g. NVIDIA_TESLA_T4"
     )
 
 
 def _add_kubeflow_pod_args(parser: argparse.ArgumentParser) -> None:
     """The Trainer pod's requests; only `compile --target kubeflow` reads them."""
     kubeflow = parser.add_argument_group("kubeflow: the Trainer pod's requests")
-    kubeflow.add_argument(
-        "--trainer-cpu", type=float, default=0.0, metavar="VCPU", help="CPU request (default: none)"
+    target_flags.add(
+        kubeflow, "--trainer-cpu", type=float, metavar="VCPU", help="CPU request (default: none)"
     )
-    kubeflow.add_argument(
+    target_flags.add(
+        kubeflow,
         "--trainer-memory-gb",
         type=float,
-        default=0.0,
         metavar="GB",
         help="memory request (default: none)",
     )
-    kubeflow.add_argument(
+    target_flags.add(
+        kubeflow,
         "--trainer-gpus",
         type=int,
-        default=0,
         metavar="N",
         help="accelerators to request (default: none)",
     )
-    kubeflow.add_argument(
+    target_flags.add(
+        kubeflow,
         "--gpu-resource",
-        default="nvidia.com/gpu",
-        help="Kubernetes resource name of the accelerator (default: %(default)s)",
+        help="Kubernetes resource name of the accelerator (default: nvidia.com/gpu)",
     )
 
 
 def _add_cloud_args(parser: argparse.ArgumentParser) -> None:
-    """Settings of the Vertex training job and its Dataflow workers."""
-    cloud = parser.add_argument_group("cloud settings")
-    cloud.add_argument(
+    """Beam options and caching (both targets); the Vertex training job's identity."""
+    both = parser.add_argument_group("both targets: the Beam steps and caching")
+    both.add_argument(
         "--beam-arg",
         action="append",
         default=[],
         metavar="ARG",
-        help="Beam/Dataflow worker option, repeatable, e.g. "
+        help="Beam pipeline option of every Beam step, repeatable, e.g. "
+        "--beam-arg=--direct_num_workers=4 (kubeflow) or, on Dataflow, "
         "--beam-arg=--disk_size_gb=100 --beam-arg=--machine_type=n2-standard-4 "
         "--beam-arg=--max_num_workers=4 --beam-arg=--subnetwork=URL "
         "--beam-arg=--no_use_public_ips",
     )
-    cloud.add_argument(
+    both.add_argument("--no-cache", action="store_true", help="compile every step with caching off")
+    cloud = parser.add_argument_group("vertex: the training job's cloud settings")
+    target_flags.add(
+        cloud,
         "--service-account",
-        default="",
         help="the training CustomJob (and Dataflow workers) run as this account",
     )
-    cloud.add_argument(
+    target_flags.add(
+        cloud,
         "--network",
-        default="",
         metavar="projects/NUMBER/global/networks/NAME",
         help="VPC network the training CustomJob is peered with",
     )
-    cloud.add_argument(
+    target_flags.add(
+        cloud,
         "--label",
         action="append",
-        default=[],
         metavar="KEY=VALUE",
         help="label on the training CustomJob (submit adds it to the PipelineJob), repeatable",
-    )
-    cloud.add_argument(
-        "--no-cache", action="store_true", help="compile every step with caching off"
     )

@@ -15,6 +15,7 @@ from pipeline.settings.config import (
     KubeflowConfig,
     PipelineConfig,
     TrainingConfig,
+    check_beam_args,
     cloud_pipeline_config,
 )
 
@@ -49,11 +50,13 @@ def kubeflow_config(
     trainer_gpus: int = 0,
     gpu_resource: str = "nvidia.com/gpu",
     source_fingerprint: str = "",
+    beam_args: tuple[str, ...] = (),
     pipeline_name: str = "cifar10",
     **overrides,
 ) -> PipelineConfig:
     """The pipeline on a KFP cluster: the standard Trainer in its own pod with the
-    given requests; strategy `auto` then picks from the devices that pod sees."""
+    given requests; strategy `auto` then picks from the devices that pod sees. The Beam
+    steps run in their pods (DirectRunner) with `beam_args`."""
     root = _artifact_store_uri("--pipeline-root", pipeline_root)
     source_uri = _artifact_store_uri("--data", source_uri)
     if not image:
@@ -69,6 +72,7 @@ def kubeflow_config(
         source_uri=source_uri,
         source_fingerprint=source_fingerprint,
         training=training,
+        beam_args=check_beam_args(beam_args),
         kubeflow=KubeflowConfig(
             image=image,
             trainer_cpu=trainer_cpu,

@@ -127,6 +127,16 @@ class PipelineConfig:
             raise ValueError("a pipeline targets Vertex AI or Kubeflow Pipelines, not both")
 
 
+def check_beam_args(beam_args: tuple[str, ...]) -> tuple[str, ...]:
+    """--beam-arg values as Beam reads them: options, each starting with --."""
+    for arg in beam_args:
+        if not arg.startswith("--"):
+            raise ValueError(
+                f"--beam-arg '{arg}' must be a Beam option such as --beam-arg=--disk_size_gb=50"
+            )
+    return tuple(beam_args)
+
+
 def cloud_pipeline_config(
     *,
     pipeline_name: str,

@@ -11,6 +11,7 @@ from pipeline.settings.config import (
     PipelineConfig,
     TrainingConfig,
     VertexConfig,
+    check_beam_args,
     cloud_pipeline_config,
 )
 from pipeline.settings.tpu import tpu_worker
@@ -128,10 +129,14 @@ def _check_gpus(gpus: int, gpu_type: str) -> None:
 def _fitting_training(
     pools: WorkerPools, training: TrainingConfig, tpu_image: str
 ) -> TrainingConfig:
-    """The training settings that fit the pools; on a Cloud TPU, only with an image whose
-    TensorFlow can train there (stack.tpu_image_problem)."""
+    """The training settings that fit the pools; on a Cloud TPU, only with a TPU image named
+    (stack.tpu_image_problem), on either stack."""
     fitting = pools.training(training)
-    problem = stack.tpu_image_problem(stack.running_stack(), tpu_image) if pools.tpu_name else ""
+    problem = (
+        stack.tpu_image_problem(stack.running_stack(), tpu_image, pools.tpu_name)
+        if pools.tpu_name
+        else ""
+    )
     if problem:
         raise ValueError(problem)
     return fitting
@@ -174,11 +179,7 @@ def vertex_config(
     pools = WorkerPools(
         tpu_type, tpu_count, workers, worker_machine_type, worker_gpus, worker_gpu_type
     )
-    for arg in beam_args:
-        if not arg.startswith("--"):
-            raise ValueError(
-                f"--beam-arg '{arg}' must be a Beam option such as --beam-arg=--disk_size_gb=50"
-            )
+    beam_args = check_beam_args(beam_args)
     if network and not re.fullmatch(r"projects/[^/]+/global/networks/[^/]+", network):
         raise ValueError(
             f"--network must be projects/PROJECT_NUMBER/global/networks/NAME, got '{network}'"
