@@ -29,7 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="exit status: 0 ok, 1 unexpected error, 2 bad input, 3 data failed "
-        "validation, 4 model not blessed, 5 submit --wait lost contact (the job may still run)",
+        "validation, 4 model not blessed, 5 submit --wait lost contact (the job may still run), "
+        "6 another version was pushed during the run (nothing pushed)",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
