@@ -1,6 +1,7 @@
 """The whole local pipeline through the CLI on a tiny generated archive: a blessed push,
-predict in a fresh CPU-only process, a cache-hit rerun, an undertrained model that the
-gate refuses, data that fails validation, and a corrupt archive."""
+predict in a fresh CPU-only process, a rerun on the served data that trains nothing, reruns
+that reuse what a config change leaves valid, an undertrained model that the gate refuses,
+data that fails validation, and a corrupt archive."""
 
 import json
 import os
@@ -110,44 +111,58 @@ def scenario_args(archive, out) -> list:
     ]  # fmt: skip
 
 
-def test_rerun_is_a_cache_hit_that_trains_and_pushes_nothing(scenario, tiny_archive):
+def test_a_rerun_on_the_served_data_trains_nothing(scenario, tiny_archive):
+    """The served version was trained on exactly this archive: nothing new, decided before
+    TFX loads (exit 0, outcome no_new_span); another archive would be new data."""
     out = scenario
     before = versions(out)
     done = cli("run", *scenario_args(tiny_archive, out))
     assert done.returncode == 0, done.stderr[-4000:]
+    [line] = done.stdout.strip().splitlines()
+    assert line.startswith(f"no new data: served version {before[-1]} was trained on this source")
     summary = json.loads((out / "run_summary.json").read_text())
-    for stage in ("Cifar10ExampleGen", "StatisticsGen", "Trainer"):
-        assert summary["stage_states"][stage] == "cached"
+    assert summary["outcome"] == "no_new_span" and summary["stage_seconds"] == {}
     assert versions(out) == before
-    assert "Trainer reused its model" in done.stdout
+
+
+@pytest.fixture(scope="module")
+def not_blessed(tiny_archive, tmp_path_factory):
+    """A run directory whose first run was not blessed (a gate of 1.0): nothing is served,
+    so the served state stays as it was and every rerun reuses what it can."""
+    out = tmp_path_factory.mktemp("not-blessed")
+    done = cli("run", *scenario_args(tiny_archive, out), "--accuracy-gate", "1.0")
+    assert done.returncode == 4, done.stderr[-4000:]
+    return out
 
 
 @pytest.mark.parametrize(
     "change, reran, reused",
     [
         (
-            ["--accuracy-gate", "0"],
+            ["--accuracy-gate", "0.999"],
             {"Evaluator"},
-            {"Cifar10ExampleGen", "StatisticsGen", "Trainer"},
+            {"ServedState", "Cifar10ExampleGen", "StatisticsGen", "Trainer"},
         ),
         (
-            ["--epochs", "2", "--accuracy-gate", "0"],
+            ["--epochs", "2", "--accuracy-gate", "1.0"],
             {"Trainer", "Evaluator"},
-            {"Cifar10ExampleGen", "StatisticsGen", "ExampleValidator"},
+            {"ServedState", "Cifar10ExampleGen", "StatisticsGen", "ExampleValidator"},
         ),
     ],
 )
 def test_config_change_invalidates_only_what_depends_on_it(
-    scenario, tiny_archive, change, reran, reused
+    not_blessed, tiny_archive, change, reran, reused
 ):
-    out = scenario
-    # A gate of 0 and no regression limit: the model is blessed whatever it scores, so
-    # the exit status is 0 and the test can see a cache bug that also breaks the run.
+    out = not_blessed
+    # Gates no tiny model reaches: never blessed, so nothing is pushed and the served state
+    # (the first step's input to every later one) stays the same between these reruns.
     done = cli("run", *scenario_args(tiny_archive, out), *change)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 4, done.stderr[-3000:]
     states = json.loads((out / "run_summary.json").read_text())["stage_states"]
     assert {s for s in reran if states[s] == "complete"} == reran, states
     assert {s for s in reused if states[s] == "cached"} == reused, states
+    if "Trainer" in reused:
+        assert "Trainer reused its model" in done.stdout
 
 
 def test_undertrained_model_is_not_blessed_and_nothing_is_pushed(scenario, tiny_archive):
@@ -170,6 +185,7 @@ def test_undertrained_model_is_not_blessed_and_nothing_is_pushed(scenario, tiny_
         "64",
         "--precision",
         "float32",
+        "--force",  # the served version was trained on this archive
     )
     assert done.returncode == 4, done.stderr[-4000:]
     summary = json.loads((out / "run_summary.json").read_text())

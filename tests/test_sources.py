@@ -216,13 +216,6 @@ def test_missing_path(tmp_path):
         sources.list_shards(str(tmp_path / "nope.tar.gz"))
 
 
-def test_fingerprint_changes_when_the_data_changes(tmp_path):
-    archive = fx.binary_archive(tmp_path / "c.tar.gz", batches=1, per_class=2)
-    before = sources.fingerprint(str(archive))
-    fx.binary_archive(tmp_path / "c.tar.gz", batches=1, per_class=3)
-    assert sources.fingerprint(str(archive)) != before
-
-
 # ---- unsafe archive members: refused by name, whatever the release format ----
 
 

@@ -161,10 +161,10 @@ def _unchanged_while_read(resolution: spans.Resolution) -> None:
     """The fingerprints recorded are those of the data trained on: each span is fingerprinted
     again after the read, and one that changed meanwhile is refused."""
     for number, source in resolution.sources.items():
-        if number and spans.content_fingerprint(source) != resolution.fingerprints[number]:
+        if spans.content_fingerprint(source) != resolution.fingerprints[number]:
             raise spans.SpanError(
-                f"span-{number} ({source}): its content changed while it was being read; "
-                "a span must not change once complete"
+                f"{f'span-{number} ({source})' if number else source}: its content changed "
+                "while it was being read; data must not change once complete"
             )
 
 

@@ -28,10 +28,8 @@ from components.cifar10_example_gen.shards import (
     _batch_shards,
     _classify_member,
     _exists,
-    _gfile,
     _is_archive,
     _is_archive_file,
-    _is_dir,
     _is_remote,
     _walk_files,
     _with_training_data,
@@ -52,7 +50,6 @@ __all__ = [
     "SourceError",
     "batch_file_records",
     "count_records",
-    "fingerprint",
     "inspect_source",
     "list_shards",
     "load_arrays",
@@ -201,25 +198,3 @@ def load_arrays(
         )
         for split in images
     }
-
-
-def fingerprint(source: str) -> str:
-    """Cheap identity of a source's contents (sizes and modification times), so that
-    replacing data at the same path invalidates the pipeline cache."""
-    import hashlib
-
-    def stat(path: str) -> str:
-        if _is_remote(path):
-            info = _gfile().stat(path)
-            return f"{info.length}:{info.mtime_nsec}"
-        info = os.stat(path)
-        return f"{info.st_size}:{info.st_mtime_ns}"
-
-    if not _exists(source):
-        raise SourceError(f"{source}: no such file or folder")
-    if not _is_dir(source):
-        return stat(source)
-    digest = hashlib.sha256()
-    for rel in _walk_files(source):
-        digest.update(f"{rel}={stat(os.path.join(source, rel))};".encode())
-    return digest.hexdigest()[:16]

@@ -221,7 +221,9 @@ def resolve(root: str, span: int = NEWEST, window: int = 1) -> Resolution:
                 f"{root}: span settings (span {span}, window {window}) need a folder of "
                 "span-N folders (TFX's {SPAN})"
             )
-        return Resolution([0], {0: root}, {0: ""})
+        if not _exists(root):
+            raise SourceError(f"{root}: no such file or folder")
+        return Resolution([0], {0: root}, {0: content_fingerprint(root)})
     numbers = select(folders, span, window)
     found = {}
     for number in numbers:
@@ -237,8 +239,9 @@ def resolve(root: str, span: int = NEWEST, window: int = 1) -> Resolution:
 def check_not_stale(fingerprints: dict[int, str], served: ServedState, force: bool = False) -> None:
     """Refuses (SpanError) a span whose fingerprint differs from the one a served version
     published for its number; raises NoNewSpan when the newest span is one the served
-    version was trained on (its ancestors' spans included), unless `force`. Span 0 (a plain
-    source) has no rule."""
+    version was trained on (its ancestors' spans included), unless `force`. A plain source
+    (span 0) is new unless the served version was trained on exactly its content: another
+    archive given as --data is new data, not a changed span."""
     for number, fingerprint in sorted(fingerprints.items()):
         published, version = served.published.get(number, (None, None))
         if number and published is not None and published != fingerprint:
@@ -249,6 +252,11 @@ def check_not_stale(fingerprints: dict[int, str], served: ServedState, force: bo
                 "as a new span"
             )
     newest = max(fingerprints)
+    if not newest and served.spans.get(0) == fingerprints[0] and not force:
+        raise NoNewSpan(
+            f"no new data: served version {served.version} was trained on this source "
+            f"(content fingerprint {fingerprints[0][:12]}); nothing to train (--force retrains)"
+        )
     if newest and newest in served.spans and not force:
         raise NoNewSpan(
             f"no new span: served version {served.version} was trained on spans "

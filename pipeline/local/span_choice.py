@@ -9,7 +9,7 @@ import dataclasses
 import hashlib
 
 from components.cifar10_example_gen import spans
-from components.cifar10_example_gen.sources import SourceError, count_records, fingerprint
+from components.cifar10_example_gen.sources import SourceError, count_records
 from components.served_versions import read_served_state
 
 
@@ -47,19 +47,17 @@ def choose(
     chosen = spans.resolve(
         source, spans.NEWEST if span is None else span, 1 if window is None else window
     )
-    served = read_served_state(serving_model_dir)
-    served_key = served.read_key()
-    if chosen.numbers == [0]:
-        counts = count_records(source)
-        return SpanChoice([0], {0: source}, counts, fingerprint(source), served_key)
     counts = {"train": 0, "test": 0}
     for number in chosen.numbers:  # every record checked (an archive's already, by resolve)
         try:
             for split, count in count_records(chosen.sources[number]).items():
                 counts[split] += count
         except SourceError as err:
+            if not number:
+                raise
             folder = spans.span_folders(source)[number]
             raise SourceError(f"span-{number} ({folder}) cannot be used: {err}") from err
+    served = read_served_state(serving_model_dir)
     spans.check_not_stale(chosen.fingerprints, served, force)
     key = hashlib.sha256(spans.record_json(chosen.fingerprints).encode()).hexdigest()[:16]
-    return SpanChoice(chosen.numbers, chosen.sources, counts, key, served_key)
+    return SpanChoice(chosen.numbers, chosen.sources, counts, key, served.read_key())
