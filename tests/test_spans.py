@@ -271,3 +271,28 @@ def test_warm_start_checks_every_shape_and_count():
     assert "the served network differs" in warm_start.mismatch(
         wider, [v.numpy() for v in network.variables]
     )
+
+
+def test_a_plain_source_is_nothing_new_only_when_served_exactly(tmp_path):
+    """Span 0 (a plain archive) is identified by its content: the same bytes the served
+    version was trained on are nothing new, any other archive is new data (not a changed
+    span), and --force trains anyway."""
+    from components.served_versions import ServedState
+
+    archive = fx.binary_archive(tmp_path / "a.tar.gz", batches=1, per_class=2)
+    other = fx.binary_archive(tmp_path / "b.tar.gz", batches=1, per_class=3)
+    resolved = spans.resolve(str(archive))
+    assert resolved.numbers == [0] and len(resolved.fingerprints[0]) == 32
+    served = ServedState(
+        version="9",
+        spans={0: resolved.fingerprints[0]},
+        published={0: (resolved.fingerprints[0], "9")},
+    )
+    with pytest.raises(
+        spans.NoNewSpan, match=r"^no new data: served version 9 was trained on this source"
+    ):
+        spans.check_not_stale(resolved.fingerprints, served)
+    spans.check_not_stale(resolved.fingerprints, served, force=True)
+    spans.check_not_stale(spans.resolve(str(other)).fingerprints, served)  # new data
+    with pytest.raises(SourceError, match="nope.tar.gz: no such file or folder"):
+        spans.resolve(str(tmp_path / "nope.tar.gz"))
