@@ -252,7 +252,8 @@ def test_resolve_owns_the_span_rules(tmp_path):
         fingerprints={n: spans.content_fingerprint(f) for n, f in folders.items()},
     )
     archive = fx.binary_archive(tmp_path / "c.tar.gz", batches=1, per_class=1)
-    assert spans.resolve(str(archive)) == spans.Resolution([0], {0: str(archive)}, {0: ""})
+    fingerprint = spans.content_fingerprint(str(archive))  # a plain source: its content
+    assert spans.resolve(str(archive)) == spans.Resolution([0], {0: str(archive)}, {0: fingerprint})
     with pytest.raises(spans.SpanError, match="need a folder of span-N folders"):
         spans.resolve(str(archive), span=2)
 
