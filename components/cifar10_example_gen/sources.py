@@ -210,7 +210,7 @@ def fingerprint(source: str) -> str:
 
     def stat(path: str) -> str:
         if _is_remote(path):
-            info = _gfile().stat(path)
+            info = _gfile(path).stat(path)
             return f"{info.length}:{info.mtime_nsec}"
         info = os.stat(path)
         return f"{info.st_size}:{info.st_mtime_ns}"

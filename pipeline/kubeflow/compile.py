@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from components import object_store
 from pipeline.kfp_ir import (
     build_pipeline_spec,
     resolver_executors,
@@ -20,7 +21,8 @@ from pipeline.settings.config import (
 )
 
 # TFX components open artifacts themselves with tf.io.gfile: gs:// is built in, s3://
-# (AWS S3 or MinIO through S3_ENDPOINT) needs tensorflow-io in the image.
+# (AWS S3, MinIO or SeaweedFS through S3_ENDPOINT) needs tensorflow-io in the image, which the
+# current stack has not (components/object_store.py): compiling there refuses s3://.
 ARTIFACT_STORE_SCHEMES = ("gs://", "s3://")
 
 
@@ -36,6 +38,7 @@ def _artifact_store_uri(flag: str, uri: str) -> str:
             f"{flag} must be a gs:// or s3:// URI that the cluster's pods can "
             f"reach, not a local path, got '{uri}'"
         )
+    object_store.refuse_on_this_stack(uri, what=f"{flag} {uri}")
     return uri.rstrip("/")
 
 

@@ -1,0 +1,209 @@
+"""`s3://` paths (Kubeflow Pipelines' artifact store: SeaweedFS since KFP 2.15, MinIO before)
+for `tf.io.gfile`, switched on only when a path asks for it.
+
+TensorFlow itself has no `s3://`: tensorflow-io registers it when imported, and it is built
+per TensorFlow release (0.37.x for TF 2.16, the legacy stack; none for TF 2.21, so the
+current stack refuses `s3://` with one line, `refusal()`). `gfile(path)` is what every module
+that opens a remote path calls: for an `s3://` path it maps the environment a KFP cluster
+gives a step onto the variables tensorflow-io reads, then imports tensorflow-io, once.
+
+What a cluster provides, and what tensorflow-io reads:
+- credentials: the `mlpipeline-minio-artifact` secret's accesskey/secretkey mounted as
+  AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY; both read them as they are. Nothing here
+  stores or prints a credential.
+- endpoint: S3_ENDPOINT (tensorflow-io's name, e.g. http://minio-service.kubeflow:9000) or
+  AWS_ENDPOINT_URL (the AWS SDKs' and boto3's name); S3_ENDPOINT is set from AWS_ENDPOINT_URL
+  when only that one is given. An endpoint without a scheme gets http:// unless
+  S3_USE_HTTPS=1 (TensorFlow's old S3 variable, which tensorflow-io no longer reads).
+- region: AWS_REGION, else AWS_DEFAULT_REGION, else us-east-1 (what MinIO and SeaweedFS
+  answer to by default).
+- S3_DISABLE_MULTI_PART_DOWNLOAD=1 unless set: tensorflow-io 0.37.1's multi-part download
+  returns wrong bytes from SeaweedFS for any file over a few bytes (tests/test_object_store.py
+  proves it against the real server); single ranged GETs read correctly.
+
+`check_bucket(uri)` asks the server once through botocore (short timeouts, no retries): a
+wrong endpoint, refused credentials or a missing bucket become one line (ObjectStoreError, a
+ValueError), where tensorflow-io answers "does not exist" after a minute of retries.
+Importing this module imports nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from types import ModuleType
+
+S3 = "s3://"
+DEFAULT_REGION = "us-east-1"
+_enabled = threading.Lock()
+_imported: list[ModuleType] = []
+
+
+class ObjectStoreError(ValueError):
+    """An `s3://` path cannot be used here (this stack, the endpoint, the credentials or the
+    bucket); the message is one line that says what to do."""
+
+
+def active() -> bool:
+    """Whether this process imported tensorflow-io: such a process aborts at interpreter
+    exit (exit status 134, tensorflow/io#2039), so its entry points end with os._exit."""
+    return bool(_imported)
+
+
+def is_s3(path: object) -> bool:
+    return isinstance(path, str) and path.startswith(S3)
+
+
+def refusal(stack_name: str, what: str = "an s3:// path") -> str:
+    """Why `stack_name` cannot use `s3://` ('' when it can)."""
+    if stack_name != "current":
+        return ""
+    return (
+        f"{what} needs tensorflow-io, which has no build for TensorFlow 2.21 (the current "
+        "stack): use the legacy stack (requirements.lock, Dockerfile), a gs:// store, or the "
+        "bucket mounted as a folder (e.g. a CSI volume or s3fs) and its local path"
+    )
+
+
+def _running_stack_name() -> str:
+    from components import stack
+
+    return stack.running_stack().name
+
+
+def refuse_on_this_stack(*paths: object, what: str = "") -> None:
+    """ObjectStoreError when any of `paths` is `s3://` and this stack cannot open it."""
+    for path in paths:
+        if is_s3(path):
+            problem = refusal(_running_stack_name(), what or str(path))
+            if problem:
+                raise ObjectStoreError(problem)
+
+
+def endpoint(environ: Mapping[str, str] | None = None) -> str:
+    """The S3 endpoint URL with its scheme ('' when none is set: AWS itself)."""
+    env = os.environ if environ is None else environ
+    value = env.get("S3_ENDPOINT") or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    if not value or "://" in value:
+        return value or ""
+    secure = env.get("S3_USE_HTTPS", "1" if value.endswith(":443") else "0") not in ("0", "")
+    return f"{'https' if secure else 'http'}://{value}"
+
+
+def tensorflow_io_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables tensorflow-io reads that `environ` lacks, derived from what it has."""
+    env = os.environ if environ is None else environ
+    wanted = {"S3_DISABLE_MULTI_PART_DOWNLOAD": "1"}
+    url = endpoint(env)
+    if url:
+        wanted["S3_ENDPOINT"] = url
+        if url.startswith("http://"):
+            wanted["S3_VERIFY_SSL"] = "0"
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
+    wanted["AWS_REGION"] = region
+    keep = ("S3_DISABLE_MULTI_PART_DOWNLOAD", "S3_VERIFY_SSL", "AWS_REGION")
+    return {
+        name: value
+        for name, value in wanted.items()
+        if not (name in keep and env.get(name)) and env.get(name) != value
+    }
+
+
+def enable(path: object) -> None:
+    """Make `path` openable by tf.io.gfile: nothing unless it is `s3://`; then the
+    environment mapped and tensorflow-io imported, once per process."""
+    if not is_s3(path) or _imported:
+        return
+    refuse_on_this_stack(path)
+    with _enabled:
+        if _imported:
+            return
+        os.environ.update(tensorflow_io_settings())
+        try:
+            import tensorflow_io
+        except ImportError as err:
+            raise ObjectStoreError(
+                f"{path}: s3:// needs tensorflow-io (requirements.lock pins 0.37.1), "
+                f"which this environment lacks ({err}); run `make setup`"
+            ) from None
+        _imported.append(tensorflow_io)
+
+
+def gfile(path: object = "") -> ModuleType:
+    """tf.io.gfile, with `s3://` registered first when `path` is one."""
+    enable(path)
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+def split(uri: str) -> tuple[str, str]:
+    """(bucket, key) of an `s3://bucket/key` URI."""
+    bucket, _, key = uri[len(S3) :].partition("/")
+    return bucket, key
+
+
+def _anything_at(client, bucket: str, key: str) -> bool:
+    """An object named `key`, or any under the folder `key/` (S3 has no folders)."""
+    import botocore.exceptions
+
+    folder = key.rstrip("/") + "/"
+    if client.list_objects_v2(Bucket=bucket, Prefix=folder, MaxKeys=1).get("KeyCount"):
+        return True
+    try:
+        client.head_object(Bucket=bucket, Key=key)
+    except botocore.exceptions.ClientError as err:
+        if str(err.response.get("Error", {}).get("Code", "")) in ("404", "NoSuchKey", "NotFound"):
+            return False
+        raise
+    return True
+
+
+def check_bucket(uri: str, timeout_s: float = 10.0) -> None:
+    """Two requests to the server (botocore, short timeouts, no retries): ObjectStoreError
+    naming the endpoint and bucket when it cannot be reached, refuses the credentials, has no
+    such bucket, or nothing at or under `uri`. Nothing for other paths."""
+    if not is_s3(uri):
+        return
+    refuse_on_this_stack(uri)
+    bucket, key = split(uri)
+    where = f"{uri}: endpoint {endpoint() or 'AWS S3'}"
+    if not bucket:
+        raise ObjectStoreError(f"{uri}: no bucket named (s3://BUCKET/PATH)")
+    try:
+        import botocore.config
+        import botocore.exceptions
+        import botocore.session
+    except ImportError:  # tensorflow-io will answer, less clearly
+        return
+    config = botocore.config.Config(
+        connect_timeout=timeout_s, read_timeout=timeout_s, retries={"total_max_attempts": 1}
+    )
+    session = botocore.session.get_session()
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    client = session.create_client(
+        "s3", endpoint_url=endpoint() or None, region_name=region or DEFAULT_REGION, config=config
+    )
+    try:
+        client.head_bucket(Bucket=bucket)
+        if key and not _anything_at(client, bucket, key):
+            raise ObjectStoreError(f"{uri}: no such file or folder")
+    except botocore.exceptions.NoCredentialsError:
+        raise ObjectStoreError(
+            f"{where}: no credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+        ) from None
+    except botocore.exceptions.ClientError as err:
+        code = str(err.response.get("Error", {}).get("Code", ""))
+        if code in ("404", "NoSuchBucket", "NotFound"):
+            raise ObjectStoreError(f"{where}: no bucket named {bucket!r}") from None
+        if code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+            raise ObjectStoreError(
+                f"{where}: the server refused the credentials for bucket {bucket!r} ({code}; "
+                "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+            ) from None
+        raise ObjectStoreError(f"{where}: {code or err}") from None
+    except botocore.exceptions.BotoCoreError as err:
+        raise ObjectStoreError(
+            f"{where}: cannot reach the server ({err}); check S3_ENDPOINT or AWS_ENDPOINT_URL"
+        ) from None
