@@ -29,9 +29,12 @@ Importing this module imports nothing but the standard library.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from types import ModuleType
 
 S3 = "s3://"
@@ -207,3 +210,63 @@ def check_bucket(uri: str, timeout_s: float = 10.0) -> None:
         raise ObjectStoreError(
             f"{where}: cannot reach the server ({err}); check S3_ENDPOINT or AWS_ENDPOINT_URL"
         ) from None
+
+
+def upload_tree(
+    local_dir: str, remote_dir: str, last: str = "", leave_out: tuple[str, ...] = ()
+) -> list[str]:
+    """Copies the files under `local_dir` to `remote_dir` one by one (an object store has no
+    folders to make and no rename), the file named `last` after all others, none named in
+    `leave_out`; the remote paths written. An empty file is written too (write_bytes)."""
+    files = sorted(
+        os.path.relpath(os.path.join(folder, name), local_dir)
+        for folder, _, names in os.walk(local_dir)
+        for name in names
+        if name not in leave_out
+    )
+    files.sort(key=lambda rel: os.path.basename(rel) == last)
+    written = []
+    for rel in files:
+        target = remote_dir.rstrip("/") + "/" + rel.replace(os.sep, "/")
+        write_bytes(target, open(os.path.join(local_dir, rel), "rb").read())
+        written.append(target)
+    return written
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """`data` to an s3:// object (gs:// and local paths through tf.io.gfile too). tensorflow-io
+    writes no object for an empty file (a marker would be missing), so that one goes through
+    botocore, whose empty object SeaweedFS keeps and tf.io.gfile then lists."""
+    if not data and is_s3(path):
+        _client().put_object(Bucket=split(path)[0], Key=split(path)[1], Body=b"")
+        return
+    with gfile(path).GFile(path, "wb") as handle:
+        handle.write(data)
+
+
+@contextlib.contextmanager
+def written_locally(
+    destination: str, last: str = "", leave_out: tuple[str, ...] = ()
+) -> Iterator[str]:
+    """Where to write a folder bound for `destination`: for s3:// a local temporary folder
+    copied up file by file on a clean exit (`upload_tree`), since writers that read back what
+    they wrote (tf.saved_model.save's fingerprint) crash on tensorflow-io's s3:// (a
+    segmentation fault against SeaweedFS); any other destination as it is."""
+    if not is_s3(destination):
+        yield destination
+        return
+    local = tempfile.mkdtemp(prefix="s3-upload-")
+    try:
+        yield local
+        upload_tree(local, destination, last=last, leave_out=leave_out)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+
+
+def _client():
+    import botocore.session
+
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    return botocore.session.get_session().create_client(
+        "s3", endpoint_url=endpoint() or None, region_name=region or DEFAULT_REGION
+    )

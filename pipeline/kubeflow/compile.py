@@ -87,6 +87,24 @@ def kubeflow_config(
     )
 
 
+# TFX's step entrypoint, and the wrapper that registers s3:// and exits without the abort
+# tensorflow-io causes at interpreter exit (components/s3_entrypoint.py).
+TFX_ENTRYPOINT = [
+    "python",
+    "-m",
+    "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
+]
+S3_ENTRYPOINT = ["python", "-m", "components.s3_entrypoint"]
+
+
+def _with_s3_entrypoint(spec: dict) -> None:
+    """Every TFX step of `spec` started through the s3:// wrapper, same arguments."""
+    for executor in spec.get("deploymentSpec", {}).get("executors", {}).values():
+        container = executor.get("container", {})
+        if container.get("command") == TFX_ENTRYPOINT:
+            container["command"] = list(S3_ENTRYPOINT)
+
+
 def compile_pipeline(config: PipelineConfig, output: Path) -> Path:
     """Writes the KFP v2 pipeline IR (YAML) to `output`."""
     if config.kubeflow is None:
@@ -96,4 +114,6 @@ def compile_pipeline(config: PipelineConfig, output: Path) -> Path:
     unsupported = resolver_executors(spec)
     if unsupported:  # the topology must stay runnable on the open-source backend
         raise RuntimeError(f"resolver executors in the compiled pipeline: {unsupported}")
+    if any(object_store.is_s3(uri) for uri in (config.pipeline_root, config.source_uri)):
+        _with_s3_entrypoint(spec)
     return write_pipeline_yaml(spec, output)
