@@ -263,6 +263,33 @@ def written_locally(
         shutil.rmtree(local, ignore_errors=True)
 
 
+def move_file(source: str, target: str) -> None:
+    """One s3:// object moved: copied on the server, then the source deleted. tf.io.gfile's
+    rename on s3:// copies and deletes every object whose key starts with the source's
+    (renaming `f` also takes `f.bak`, a folder `a` also `ab/`)."""
+    source_bucket, source_key = split(source)
+    target_bucket, target_key = split(target)
+    client = _client()
+    copied = {"Bucket": source_bucket, "Key": source_key}
+    client.copy_object(Bucket=target_bucket, Key=target_key, CopySource=copied)
+    client.delete_object(Bucket=source_bucket, Key=source_key)
+
+
+def remove_tree(path: str) -> None:
+    """An s3:// folder and everything under it, and the folder's own entry: SeaweedFS keeps a
+    folder whose objects were deleted as an empty directory that listings still name (a
+    `.staging-*` or version folder left behind by every push)."""
+    g = gfile(path)
+    try:
+        g.rmtree(path)
+    except Exception as err:  # tf.errors.NotFoundError: no object under it (only the entry)
+        if type(err).__name__ != "NotFoundError":
+            raise
+    bucket, key = split(path)
+    if key.strip("/"):
+        _client().delete_object(Bucket=bucket, Key=key.rstrip("/") + "/")
+
+
 def _client():
     import botocore.session
 

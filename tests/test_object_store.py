@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 from components import object_store
 from components.cifar10_example_gen.sources import count_records
@@ -211,3 +212,177 @@ def test_a_wrong_store_is_one_line_and_exit_2(seaweedfs, s3_data, tmp_path, chan
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {data}: "), done.stderr[-3000:]
     assert message in lines[0]
+
+
+# ---- Kubeflow steps on the s3:// store (Phase 2) -----------------------------------------
+
+KFP_FAST = ["--epochs", "1", "--per-replica-batch-size", "64", "--precision", "float32"]
+
+
+def _compile(path: Path, root: str, data: str, *extra: str) -> dict:
+    args = ["compile", "--target", "kubeflow", "--image", "img:1", "--pipeline-root", root]
+    args += ["--data", data, "--output", str(path), *KFP_FAST, "--accuracy-gate", "0", *extra]
+    assert cli.main(args) == 0
+    return yaml.safe_load(path.read_text())
+
+
+def _commands(spec: dict) -> list[list[str]]:
+    executors = spec["deploymentSpec"]["executors"].values()
+    return [e["container"]["command"] for e in executors if "container" in e]
+
+
+@pytest.fixture(scope="module")
+def s3_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("s3-file") / "cifar10.yaml"
+    return path, _compile(path, "s3://mlpipeline/root", "s3://mlpipeline/nightly")
+
+
+def test_an_s3_store_starts_every_step_through_the_wrapper(s3_file, tmp_path):
+    from pipeline.kubeflow.compile import S3_ENTRYPOINT, TFX_ENTRYPOINT
+
+    commands = _commands(s3_file[1])
+    assert commands and all(command == S3_ENTRYPOINT for command in commands)
+    gs = _compile(tmp_path / "gs.yaml", "gs://bucket/root", "gs://bucket/data")
+    assert all(command == TFX_ENTRYPOINT for command in _commands(gs))
+
+
+def test_keep_uris_leaves_the_s3_store_and_maps_the_rest(s3_file, tmp_path):
+    from pipeline.kfp_local import plan as kfp_plan
+
+    image = kfp_plan.read_dockerfile(REPO_ROOT / "Dockerfile")
+    args = (s3_file[0], "kubeflow", tmp_path / "out", None, REPO_ROOT, image)
+    kept = kfp_plan.make_plan(*args, keep_uris=True)
+    assert kept.remote_root == "s3://mlpipeline/root"
+    text = json.dumps(kept.spec)
+    assert "s3://mlpipeline/nightly" in text and "s3://mlpipeline/root/serving" in text
+    assert image.workdir + "/" not in text  # the image's paths still map to the checkout
+    with pytest.raises(kfp_plan.LocalRunError, match="no --data given"):
+        kfp_plan.make_plan(*args)  # without it the s3:// data has no local stand-in
+
+
+def test_a_step_on_the_store_gets_remote_artifact_uris_and_a_local_output_file(tmp_path):
+    from pipeline.kfp_local.plan import Image
+    from pipeline.kfp_local.steps import HostSteps
+
+    local = str(tmp_path / "root")
+    steps = HostSteps("python", Image("/", {}), tmp_path, tmp_path, {}, 1, print)
+    steps.local_root, steps.remote_root = local, "s3://b/root"
+    given = {
+        "inputs": {"artifacts": {"x": {"artifacts": [{"uri": f"{local}/run/A/x"}]}}},
+        "outputs": {
+            "artifacts": {"y": {"artifacts": [{"uri": f"{local}/run/B/y"}]}},
+            "outputFile": f"{local}/run/B/executor_output.json",
+        },
+    }
+    command = ["python", "-m", "m", "--json_serialized_invocation_args", json.dumps(given), "-x"]
+    moved = steps._on_store(command)
+    invocation = json.loads(moved[4])
+    assert invocation["inputs"]["artifacts"]["x"]["artifacts"][0]["uri"] == "s3://b/root/run/A/x"
+    assert invocation["outputs"]["artifacts"]["y"]["artifacts"][0]["uri"] == "s3://b/root/run/B/y"
+    assert invocation["outputs"]["outputFile"] == given["outputs"]["outputFile"]
+    assert moved[:4] == command[:4] and moved[5:] == ["-x"]
+
+
+_STORE_FAULTS = """
+import json, os, sys
+from components import object_store as store
+base = "s3://mlpipeline/faults"
+g = store.gfile(base)
+for name in ("a/f", "a/f.bak", "d/x/one", "d/xy/two"):
+    with g.GFile(f"{base}/{name}", "w") as handle:
+        handle.write(name)
+store.move_file(f"{base}/a/f", f"{base}/b/f")
+store.remove_tree(f"{base}/d/x")
+store.write_bytes(f"{base}/marker/_SUCCESS", b"")
+g.makedirs(f"{base}/made")
+print(json.dumps({
+    "a": g.listdir(f"{base}/a"), "b": g.listdir(f"{base}/b"), "d": g.listdir(f"{base}/d"),
+    "marker": g.exists(f"{base}/marker/_SUCCESS"), "made": g.exists(f"{base}/made"),
+}))
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+@pytest.mark.s3_store
+def test_the_store_faults_are_worked_around(seaweedfs):
+    env = {**os.environ, **seaweedfs.env()}
+    done = subprocess.run(
+        [sys.executable, "-c", _STORE_FAULTS], cwd=REPO_ROOT, capture_output=True, env=env
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    seen = json.loads(done.stdout.decode().splitlines()[-1])
+    assert seen["a"] == ["f.bak"] and seen["b"] == ["f"]  # one object moved, not a prefix
+    assert seen["d"] == ["xy/"] or seen["d"] == ["xy"]  # no empty `x` left behind
+    assert seen["marker"]  # an empty marker file exists
+    assert not seen["made"]  # makedirs leaves nothing: nothing here relies on it
+
+
+@pytest.mark.s3_store
+def test_a_failing_step_on_the_store_exits_1_not_134(seaweedfs, tmp_path):
+    # The step touches s3:// (TFX's entrypoint reads its output file's folder) and then
+    # fails: without the wrapper's os._exit, tensorflow-io aborts the teardown (134).
+    given = {"outputs": {"outputFile": "s3://mlpipeline/steps/x/executor_output.json"}}
+    command = [sys.executable, "-m", "components.s3_entrypoint"]
+    command += ["--executor_class_path", "no_such_module.Executor"]
+    command += ["--json_serialized_invocation_args", json.dumps(given)]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **seaweedfs.env()}
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, env=env)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "no_such_module" in done.stderr and "pure virtual method" not in done.stderr
+
+
+def _served(server: seaweed.Server) -> list[str]:
+    names = {key.split("/")[3] for key in server.keys("root/serving/cifar10/")}
+    return sorted(names)
+
+
+@pytest.mark.s3_store
+@pytest.mark.integration
+def test_the_kubeflow_file_runs_two_nights_on_the_store(seaweedfs, tiny_archive, tmp_path):
+    """Compiled for an s3:// pipeline root, data and serving folder; run by kfp.local with
+    the URIs kept: every step reads and writes SeaweedFS, the model is pushed there, served
+    from there, and a second night on a new span pushes a second version."""
+    import cifar_fixtures as fx
+
+    seaweedfs.upload(tiny_archive, "nightly/span-1/cifar.tar.gz")
+    beam = [f"--beam-arg=--s3_endpoint_url={seaweedfs.endpoint}"]
+    beam += ["--beam-arg=--s3_region_name=us-east-1"]
+    path = tmp_path / "cifar10.yaml"
+    _compile(path, "s3://mlpipeline/root", "s3://mlpipeline/nightly", *beam)
+    out = tmp_path / "kfp"
+    night = _cli(seaweedfs, "local-kfp", path, "--keep-uris", "--output-dir", out, timeout=1500)
+    assert night.returncode == 0, night.stderr[-4000:] + night.stdout[-2000:]
+    first = [name for name in _served(seaweedfs) if name.isdigit()]
+    assert _served(seaweedfs) == first and len(first) == 1  # no staging folder, no lock
+    assert f"pushed         s3://mlpipeline/root/serving/cifar10/{first[0]}" in night.stdout
+    assert not list(out.rglob("saved_model.pb"))  # nothing of the model went to local disk
+
+    image = tmp_path / "x.png"
+    image.write_bytes(_png())
+    model_dir = "s3://mlpipeline/root/serving/cifar10"
+    served = _cli(seaweedfs, "predict", "--model-dir", model_dir, image, "--json", timeout=300)
+    assert served.returncode == 0, served.stderr[-3000:]
+    assert f"Model: {model_dir}/{first[0]}" in served.stderr
+
+    span_2 = fx.binary_archive(tmp_path / "span2.tar.gz", batches=2, per_class=50)
+    seaweedfs.upload(span_2, "nightly/span-2/cifar.tar.gz")
+    second = _cli(seaweedfs, "local-kfp", path, "--keep-uris", "--output-dir", out, timeout=1500)
+    assert second.returncode == 0, second.stderr[-4000:] + second.stdout[-2000:]
+    versions_now = _served(seaweedfs)
+    assert len(versions_now) == 2 and versions_now[0] == first[0], versions_now
+    spans = seaweedfs.client().get_object(
+        Bucket=seaweedfs.bucket, Key=f"root/serving/cifar10/{versions_now[1]}/training_spans.json"
+    )
+    assert json.loads(spans["Body"].read())["spans"] == [2]
+
+
+def _png() -> bytes:
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(buffer, format="PNG")
+    return buffer.getvalue()
