@@ -344,17 +344,18 @@ def _served(server: seaweed.Server) -> list[str]:
 
 @pytest.mark.s3_store
 @pytest.mark.integration
-def test_the_kubeflow_file_runs_two_nights_on_the_store(seaweedfs, tiny_archive, tmp_path):
+def test_the_kubeflow_file_runs_three_nights_on_the_store(seaweedfs, tiny_archive, tmp_path):
     """Compiled for an s3:// pipeline root, data and serving folder; run by kfp.local with
     the URIs kept: every step reads and writes SeaweedFS, the model is pushed there, served
-    from there, and a second night on a new span pushes a second version."""
+    from there, a second night on a new span warm-starts from it and pushes a second
+    version, and a third night finds nothing new."""
     import cifar_fixtures as fx
 
     seaweedfs.upload(tiny_archive, "nightly/span-1/cifar.tar.gz")
     beam = [f"--beam-arg=--s3_endpoint_url={seaweedfs.endpoint}"]
     beam += ["--beam-arg=--s3_region_name=us-east-1"]
     path = tmp_path / "cifar10.yaml"
-    _compile(path, "s3://mlpipeline/root", "s3://mlpipeline/nightly", *beam)
+    _compile(path, "s3://mlpipeline/root", "s3://mlpipeline/nightly", "--warm-start", *beam)
     out = tmp_path / "kfp"
     night = _cli(seaweedfs, "local-kfp", path, "--keep-uris", "--output-dir", out, timeout=1500)
     assert night.returncode == 0, night.stderr[-4000:] + night.stdout[-2000:]
@@ -379,7 +380,16 @@ def test_the_kubeflow_file_runs_two_nights_on_the_store(seaweedfs, tiny_archive,
     spans = seaweedfs.client().get_object(
         Bucket=seaweedfs.bucket, Key=f"root/serving/cifar10/{versions_now[1]}/training_spans.json"
     )
-    assert json.loads(spans["Body"].read())["spans"] == [2]
+    # Warm-started from the first version, read from the store: its spans carried over.
+    assert json.loads(spans["Body"].read())["spans"] == [1, 2]
+    [trainer_log] = sorted((out / "logs").glob("*/Trainer.log"))[-1:]
+    assert f"Warm start from {model_dir}/{first[0]}" in trainer_log.read_text()
+
+    third = _cli(seaweedfs, "local-kfp", path, "--keep-uris", "--output-dir", out, timeout=1500)
+    assert third.returncode == 0, third.stderr[-4000:] + third.stdout[-2000:]
+    served_now = f"served version {versions_now[1]} was trained on spans [1, 2]"
+    assert f"outcome        no_new_span: no new span: {served_now}" in third.stdout
+    assert _served(seaweedfs) == versions_now
 
 
 def _png() -> bytes:
