@@ -12,18 +12,21 @@ What a cluster provides, and what tensorflow-io reads:
   AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY; both read them as they are. Nothing here
   stores or prints a credential.
 - endpoint: S3_ENDPOINT (tensorflow-io's name, e.g. http://minio-service.kubeflow:9000) or
-  AWS_ENDPOINT_URL (the AWS SDKs' and boto3's name); S3_ENDPOINT is set from AWS_ENDPOINT_URL
-  when only that one is given. An endpoint without a scheme gets http:// unless
-  S3_USE_HTTPS=1 (TensorFlow's old S3 variable, which tensorflow-io no longer reads).
+  AWS_ENDPOINT_URL (the AWS SDKs' and boto3's name, which Beam's S3 filesystem reads too);
+  each is set from the other when only one is given. An endpoint without a scheme gets
+  http:// unless S3_USE_HTTPS=1 (TensorFlow's old S3 variable; tensorflow-io reads none).
 - region: AWS_REGION, else AWS_DEFAULT_REGION, else us-east-1 (what MinIO and SeaweedFS
   answer to by default).
 - S3_DISABLE_MULTI_PART_DOWNLOAD=1 unless set: tensorflow-io 0.37.1's multi-part download
-  returns wrong bytes from SeaweedFS for any file over a few bytes (tests/test_object_store.py
-  proves it against the real server); single ranged GETs read correctly.
+  returned other bytes from SeaweedFS 4.48 (3 MB and 20 MB files differed from their first
+  MiB on); single ranged GETs read them back exactly (tests/test_object_store.py).
 
-`check_bucket(uri)` asks the server once through botocore (short timeouts, no retries): a
-wrong endpoint, refused credentials or a missing bucket become one line (ObjectStoreError, a
-ValueError), where tensorflow-io answers "does not exist" after a minute of retries.
+`check_bucket(uri)` asks the server through botocore (short timeouts, no retries): a wrong
+endpoint, refused credentials, a missing bucket or nothing at the URI become one line
+(ObjectStoreError, a ValueError), where tensorflow-io answers "does not exist" (after a
+minute of retries for an endpoint that does not answer). The rest: writing a folder
+locally and copying it up, moving one object, removing a folder with its entry, and empty
+files, for what tensorflow-io's s3:// gets wrong (docs/kubeflow.md has the list).
 Importing this module imports nothing but the standard library.
 """
 
@@ -95,12 +98,16 @@ def endpoint(environ: Mapping[str, str] | None = None) -> str:
 
 
 def tensorflow_io_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The variables tensorflow-io reads that `environ` lacks, derived from what it has."""
+    """The variables tensorflow-io (and botocore) read that `environ` lacks, derived from
+    what it has."""
     env = os.environ if environ is None else environ
     wanted = {"S3_DISABLE_MULTI_PART_DOWNLOAD": "1"}
     url = endpoint(env)
     if url:
         wanted["S3_ENDPOINT"] = url
+        # botocore's name: Beam's S3 filesystem (boto3) in the same step then finds the
+        # server without --s3_endpoint_url in the compiled file.
+        wanted["AWS_ENDPOINT_URL"] = env.get("AWS_ENDPOINT_URL") or url
         if url.startswith("http://"):
             wanted["S3_VERIFY_SSL"] = "0"
     region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
