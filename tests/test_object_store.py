@@ -336,6 +336,33 @@ def test_a_failing_step_on_the_store_exits_1_not_134(seaweedfs, tmp_path):
     assert "no_such_module" in done.stderr and "pure virtual method" not in done.stderr
 
 
+_UNEXPECTED_ERROR = """
+from components import object_store
+from pipeline import cli
+
+object_store.gfile("s3://mlpipeline/x").exists("s3://mlpipeline/x")  # s3:// touched
+
+def broken(argv=None):
+    raise RuntimeError("an unexpected error")
+
+cli.main = broken
+cli.entry()
+"""
+
+
+@pytest.mark.s3_store
+def test_the_cli_ends_an_unexpected_error_with_1_after_touching_s3(seaweedfs):
+    # Once tensorflow-io has been used, an exception left to the interpreter would end in
+    # its aborted teardown (134); the CLI prints the traceback and exits 1 instead.
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **seaweedfs.env()}
+    done = subprocess.run(
+        [sys.executable, "-c", _UNEXPECTED_ERROR], cwd=REPO_ROOT, capture_output=True, env=env
+    )
+    stderr = done.stderr.decode()
+    assert done.returncode == 1, stderr[-3000:]
+    assert "RuntimeError: an unexpected error" in stderr and "pure virtual" not in stderr
+
+
 def _served(server: seaweed.Server) -> list[str]:
     """The names a listing of the serving folder shows: SeaweedFS lists an emptied folder
     (a removed staging folder) as a common prefix, which TF Serving would see too."""
