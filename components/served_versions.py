@@ -16,6 +16,7 @@ import json
 import os
 import posixpath
 
+from components import object_store
 from components.contract import (
     SAVED_MODEL_FILE,
     SERVED_SPANS_FILE,
@@ -25,10 +26,8 @@ from components.contract import (
 )
 
 
-def _gfile():
-    import tensorflow as tf
-
-    return tf.io.gfile
+def _gfile(path: str):
+    return object_store.gfile(path)
 
 
 def _remote(path: str) -> bool:
@@ -40,19 +39,19 @@ def join(*parts: str) -> str:
 
 
 def exists(path: str) -> bool:
-    return _gfile().exists(path) if _remote(path) else os.path.exists(path)
+    return _gfile(path).exists(path) if _remote(path) else os.path.exists(path)
 
 
 def listdir(path: str) -> list[str]:
     """Names directly under `path` (no trailing slash); empty when it does not exist."""
     if _remote(path):
-        return sorted(n.rstrip("/") for n in _gfile().listdir(path)) if exists(path) else []
+        return sorted(n.rstrip("/") for n in _gfile(path).listdir(path)) if exists(path) else []
     return sorted(os.listdir(path)) if os.path.isdir(path) else []
 
 
 def read_text(path: str) -> str:
     if _remote(path):
-        with _gfile().GFile(path) as handle:
+        with _gfile(path).GFile(path) as handle:
             return handle.read()
     with open(path) as handle:
         return handle.read()

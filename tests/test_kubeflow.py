@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
+from components import stack
 from pipeline import cli, kfp_ir
 from pipeline.kubeflow import compile as kubeflow_compile
 from pipeline.local.runner import local_config
@@ -24,8 +25,10 @@ from conftest import compiler_places, compiling_away_from_home
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 IMAGE = "registry.example.com/ml/cifar10-pipeline:v1"
-ROOT = "s3://bucket-x/pipeline-root"
-DATA = "s3://bucket-x/cifar-10-binary.tar.gz"
+# s3:// where tensorflow-io exists (the legacy stack); the current stack refuses it.
+STORE = "s3" if stack.running_stack() is stack.LEGACY else "gs"
+ROOT = f"{STORE}://bucket-x/pipeline-root"
+DATA = f"{STORE}://bucket-x/cifar-10-binary.tar.gz"
 COMPILE_ARGS = [
     "compile",
     "--target",

@@ -33,13 +33,14 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils
 
-from components import served_versions
+from components import object_store, served_versions
 from components.atomic_pusher.lock import push_lock
 from components.atomic_pusher.staging import (  # noqa: F401 - STAGING_PREFIX, DEAD_AFTER_SECONDS: named here too
     DEAD_AFTER_SECONDS,
     LEASE_FILE,
     STAGING_PREFIX,
     clear_dead_staging,
+    remove_tree,
     staging_folder,
 )
 from components.contract import (
@@ -79,7 +80,7 @@ def _remove_dead_commits(base_directory: str) -> None:
     died midway (nothing in it can be served)."""
     for name in served_versions.listdir(base_directory):
         if name.isdigit() and not served_versions.is_complete(base_directory, name):
-            fileio.rmtree(served_versions.join(base_directory, name))
+            remove_tree(served_versions.join(base_directory, name))
 
 
 def _pushed_from(base_directory: str, version: str) -> str | None:
@@ -130,6 +131,9 @@ def move_into_place(staging: str, final: str) -> None:
     files = sorted(_files_under(staging), key=lambda name: name == SAVED_MODEL_FILE)
     for name in files:
         target = os.path.join(final, name)
+        if object_store.is_s3(target):  # no folders to make; one object, not a key prefix
+            object_store.move_file(os.path.join(staging, name), target)
+            continue
         fileio.makedirs(os.path.dirname(target))
         fileio.rename(os.path.join(staging, name), target)
 

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 from tfx.dsl.io import fileio
 
-from components import served_versions
+from components import object_store, served_versions
 
 LOCK_NAME = ".push.lock"
 TIMEOUT_SECONDS = 600  # waiting longer than this for the lock is an error
@@ -85,7 +85,7 @@ def _read_lease(path: str) -> dict | None:
     import tensorflow as tf  # remote paths only, where TensorFlow reads them anyway
 
     try:
-        with tf.io.gfile.GFile(path) as handle:
+        with object_store.gfile(path).GFile(path) as handle:
             lease = json.loads(handle.read())
         return lease if isinstance(lease, dict) else None
     except (tf.errors.NotFoundError, ValueError):

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 from tfx.dsl.io import fileio
 
-from components import served_versions
+from components import object_store, served_versions
 
 STAGING_PREFIX = ".staging-"
 LEASE_FILE = "LEASE"
@@ -45,7 +45,9 @@ def staging_folder(base_directory: str) -> Iterator[str]:
         yield staging
     finally:
         with contextlib.suppress(fileio.NotFoundError):
-            if fileio.exists(staging):
+            if object_store.is_s3(staging):
+                object_store.remove_tree(staging)  # its folder entry too
+            elif fileio.exists(staging):
                 fileio.rmtree(staging)
         if held is not None:
             held.close()
@@ -116,4 +118,12 @@ def clear_dead_staging(base_directory: str) -> None:
         staging = served_versions.join(base_directory, name)
         if name.startswith(STAGING_PREFIX) and is_dead(staging):
             with contextlib.suppress(fileio.NotFoundError):  # another push removed it first
-                fileio.rmtree(staging)
+                remove_tree(staging)
+
+
+def remove_tree(path: str) -> None:
+    """A folder and all under it; on s3:// also the folder entry SeaweedFS leaves."""
+    if object_store.is_s3(path):
+        object_store.remove_tree(path)
+    else:
+        fileio.rmtree(path)

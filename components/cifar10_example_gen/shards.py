@@ -5,6 +5,7 @@ byte of them is read. Every problem raises `SourceError` naming the file."""
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import posixpath
 import re
@@ -16,6 +17,7 @@ from typing import BinaryIO
 
 from isal import igzip, isal_zlib
 
+from components import object_store
 from components.contract import IMAGE_BYTES, LABEL_NAMES
 
 BINARY_RECORD_BYTES = 1 + IMAGE_BYTES
@@ -58,35 +60,67 @@ def _is_archive(path: str) -> bool:
     return path.endswith((".tar.gz", ".tgz", ".tar"))
 
 
-def _gfile():
-    import tensorflow as tf  # only needed for remote (gs://) sources
-
-    return tf.io.gfile
+def _gfile(path: str = ""):
+    """tf.io.gfile, for remote sources only (gs://, and s3:// through tensorflow-io)."""
+    return object_store.gfile(path)
 
 
 def _is_remote(path: str) -> bool:
     return "://" in path
 
 
+class _RemoteFile(io.RawIOBase):
+    """A tf.io.gfile GFile as a raw binary stream. GFile has read() but no readinto(), which
+    gzip's reader (and so igzip's) calls: a gzipped archive on gs:// or s3:// failed with
+    AttributeError before anything was read."""
+
+    def __init__(self, handle) -> None:
+        self._handle = handle
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self._handle.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._handle.seek(offset, whence)
+        return self._handle.tell()
+
+    def tell(self) -> int:
+        return self._handle.tell()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._handle.close()
+        super().close()
+
+
 def _open_binary(path: str) -> BinaryIO:
     if _is_remote(path):
-        return _gfile().GFile(path, "rb")
+        raw = _RemoteFile(_gfile(path).GFile(path, "rb"))
+        return io.BufferedReader(raw, buffer_size=1 << 20)  # type: ignore[return-value]
     return open(path, "rb")
 
 
 def _is_dir(path: str) -> bool:
-    return _gfile().isdir(path) if _is_remote(path) else os.path.isdir(path)
+    return _gfile(path).isdir(path) if _is_remote(path) else os.path.isdir(path)
 
 
 def _exists(path: str) -> bool:
-    return _gfile().exists(path) if _is_remote(path) else os.path.exists(path)
+    return _gfile(path).exists(path) if _is_remote(path) else os.path.exists(path)
 
 
 def _walk_files(root: str) -> list[str]:
     """Relative paths of all files under root, sorted for determinism."""
     found = []
     if _is_remote(root):
-        for dirpath, _, filenames in _gfile().walk(root):
+        for dirpath, _, filenames in _gfile(root).walk(root):
             rel = os.path.relpath(dirpath, root)
             found.extend(os.path.normpath(os.path.join(rel, f)) for f in filenames)
     else:

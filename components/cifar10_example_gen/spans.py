@@ -6,7 +6,7 @@ newest K): the folders' naming rules, each span's completeness (an extracted one
 a `_SUCCESS` file, an archive reads to its end) and content fingerprint. `check_not_stale`
 is the rule that nothing is stale: a run whose newest span the served model was already
 trained on stops, and a span whose content changed under a published number is refused.
-Plain functions over paths (local or gs://, through tf.io.gfile where remote): the CLI runs
+Plain functions over paths (local, gs:// or s3://, through tf.io.gfile where remote): the CLI runs
 them before TFX loads, the ExampleGen again on every runner.
 """
 
@@ -19,6 +19,7 @@ import os
 import posixpath
 import re
 
+from components import object_store
 from components.cifar10_example_gen.sources import SourceError, count_records
 from components.served_versions import ServedState
 
@@ -40,20 +41,18 @@ class NoNewSpan(RuntimeError):
     """The newest span selected is already in the served model's record: nothing to train."""
 
 
-def _gfile():
-    from components.cifar10_example_gen.shards import _gfile as gfile
-
-    return gfile()
+def _gfile(path: str):
+    return object_store.gfile(path)
 
 
 def _listdir(path: str) -> list[str]:
     if "://" in path:
-        return [name.rstrip("/") for name in _gfile().listdir(path)]
+        return [name.rstrip("/") for name in _gfile(path).listdir(path)]
     return sorted(os.listdir(path)) if os.path.isdir(path) else []
 
 
 def _isdir(path: str) -> bool:
-    return _gfile().isdir(path) if "://" in path else os.path.isdir(path)
+    return _gfile(path).isdir(path) if "://" in path else os.path.isdir(path)
 
 
 def _join(*parts: str) -> str:
@@ -126,7 +125,7 @@ def content_fingerprint(source: str) -> str:
         if name == SUCCESS_FILE:
             continue
         digest.update(name.encode() + b"\0")
-        opener = _gfile().GFile if "://" in path else open
+        opener = _gfile(path).GFile if "://" in path else open
         with opener(path, "rb") as handle:
             while chunk := handle.read(1 << 22):
                 digest.update(chunk)
@@ -136,18 +135,18 @@ def content_fingerprint(source: str) -> str:
 def _walk(root: str) -> list[str]:
     if "://" in root:
         return sorted(
-            _join(folder, name) for folder, _, names in _gfile().walk(root) for name in names
+            _join(folder, name) for folder, _, names in _gfile(root).walk(root) for name in names
         )
     return sorted(os.path.join(d, n) for d, _, names in os.walk(root) for n in names)
 
 
 def _exists(path: str) -> bool:
-    return _gfile().exists(path) if "://" in path else os.path.exists(path)
+    return _gfile(path).exists(path) if "://" in path else os.path.exists(path)
 
 
 def _read(path: str) -> str:
     if "://" in path:
-        with _gfile().GFile(path) as handle:
+        with _gfile(path).GFile(path) as handle:
             return handle.read()
     with open(path) as handle:
         return handle.read()

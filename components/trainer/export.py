@@ -18,6 +18,7 @@ sees at most `VIEWS_PER_PASS` views at a time, whatever the request's size.
 
 from __future__ import annotations
 
+from components import object_store
 from components.contract import (
     CLASSES_KEY,
     EXAMPLES_INPUT,
@@ -29,6 +30,7 @@ from components.contract import (
     LABEL_NAMES,
     NUM_CLASSES,
     PROBABILITIES_KEY,
+    SAVED_MODEL_FILE,
 )
 from components.trainer import data, inference
 from components.trainer.image_header import MAX_IMAGE_PIXELS, check_pixel_limit
@@ -47,6 +49,8 @@ def float32_copy(trained: keras.Model, build_fn) -> keras.Model:
     return copy
 
 
+# What tf.saved_model.save writes beside saved_model.pb since TF 2.12 (its fingerprint).
+FINGERPRINT_FILE = "fingerprint.pb"
 TEST_TIME_AUGMENTATIONS = ("flip", "flip_translate", "flip_translate_shared")
 # The network runs over at most this many views at a time: a request of 1,000 records is
 # 6,000 views, over 1 GB of activations in one pass. On a 2-core Zen 3 (float32) the network
@@ -214,11 +218,19 @@ def export_serving_model(
     # again in its own context, so tracing them beforehand doubled the work (export of the
     # default model on a 2-core Zen 3: 3.3-4.4 s before, 1.4-1.7 s after, with the shared
     # probabilities function).
-    tf.saved_model.save(
-        module,
-        export_dir,
-        signatures={
-            IMAGES_SIGNATURE: module.serve_images,
-            EXAMPLES_SIGNATURE: module.serve_examples,
-        },
+    # An s3:// export is written here and copied up, saved_model.pb last (object_store),
+    # without fingerprint.pb: TensorFlow reads it back in C++ on every load, which crashes
+    # (a segmentation fault) on tensorflow-io's s3://; without it the load goes on (the
+    # fingerprint is optional: TF Serving and tf.saved_model.load need none).
+    upload = object_store.written_locally(
+        export_dir, last=SAVED_MODEL_FILE, leave_out=(FINGERPRINT_FILE,)
     )
+    with upload as folder:
+        tf.saved_model.save(
+            module,
+            folder,
+            signatures={
+                IMAGES_SIGNATURE: module.serve_images,
+                EXAMPLES_SIGNATURE: module.serve_examples,
+            },
+        )

@@ -10,9 +10,11 @@ import contextlib
 import os
 import sys
 import time
+import traceback
 import warnings
 from pathlib import Path
 
+from components import object_store
 from pipeline.cli import compile as compile_command
 from pipeline.cli import local_kfp, predict, report, run, submit
 from pipeline.common import exit_status, library_log
@@ -74,8 +76,17 @@ def entry() -> None:
     C++ objects) takes 1-2 s that nothing needs: by then every output is written and closed,
     every worker process joined. The handlers still run (the library log's flush, AutoGraph
     deleting its generated files from the temporary folder). An exception still leaves the
-    normal way, traceback and all."""
-    status = main()
+    normal way, traceback and all, except once tensorflow-io is imported (an s3:// path):
+    its teardown would abort, so the traceback is printed and the exit status is 1."""
+    try:
+        status = main()
+    except Exception:
+        if not object_store.active():
+            raise
+        # tensorflow-io aborts interpreter teardown (exit 134, tensorflow/io#2039): the
+        # traceback, then the same quick exit as below with the unexpected-error status.
+        traceback.print_exc()
+        status = exit_status.ERROR
     atexit._run_exitfuncs()  # what interpreter shutdown would run first, then clears
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing reaches it

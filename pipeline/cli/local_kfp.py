@@ -33,6 +33,8 @@ def cmd_local_kfp(args: argparse.Namespace) -> int:
     command += ["--python", sys.executable, "--dockerfile", str(dockerfile)]
     if args.data:
         command += ["--data", args.data]
+    if args.keep_uris:
+        command += ["--keep-uris"]
     return subprocess.call(command)
 
 
@@ -56,6 +58,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--output-dir",
         default=str(DEFAULT_OUTPUT_DIR / "kfp-local"),
         help="stands in for the pipeline root; step logs under logs/ (default: %(default)s)",
+    )
+    local_kfp.add_argument(
+        "--keep-uris",
+        action="store_true",
+        help="leave the file's s3:// URIs (pipeline root, data, serving folder) as they are: "
+        "the steps read and write that store, with this environment's AWS_ACCESS_KEY_ID, "
+        "AWS_SECRET_ACCESS_KEY and AWS_ENDPOINT_URL (or S3_ENDPOINT); --data is not used",
     )
     local_kfp.add_argument("--kfp-python", default="", help=argparse.SUPPRESS)
     local_kfp.set_defaults(func=cmd_local_kfp)

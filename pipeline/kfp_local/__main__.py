@@ -47,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", type=Path, required=True)
     parser.add_argument("--python", required=True, help="the project's Python for the steps")
     parser.add_argument("--dockerfile", type=Path, required=True)
+    parser.add_argument("--keep-uris", action="store_true", help="leave the s3:// URIs as they are")
     return parser
 
 
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             args.data.resolve() if args.data else None,
             args.dockerfile.resolve().parent,
             image,
+            keep_uris=args.keep_uris,
         )
     except (LocalRunError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -82,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         names=task_folders(plan),
         total=len(plan.steps),
         report=_progress,
+        local_root=str(output_dir),
+        remote_root=plan.remote_root,
     )
     for name, reason in plan.not_run.items():
         _progress(f"not run here: {name} ({reason})")

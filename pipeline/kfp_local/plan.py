@@ -28,6 +28,7 @@ GOOGLE_EXECUTOR_PREFIXES = (
     "components.atomic_pusher.vertex_endpoint.",
 )
 DATAFLOW_ARG = "--runner=DataflowRunner"
+S3 = "s3://"
 
 
 class LocalRunError(ValueError):
@@ -138,6 +139,8 @@ class Plan:
     spec: dict[str, Any]
     steps: list[str]
     not_run: dict[str, str] = field(default_factory=dict)
+    # With --keep-uris: the s3:// pipeline root the steps' artifacts go to ('' otherwise).
+    remote_root: str = ""
 
 
 def _check_form(path: Path, spec: Any) -> None:
@@ -170,10 +173,17 @@ def _check_target(path: Path, target: str, google: dict[str, str]) -> None:
 
 
 def make_plan(
-    path: Path, target: str, output_dir: Path, data: Path | None, project_dir: Path, image: Image
+    path: Path,
+    target: str,
+    output_dir: Path,
+    data: Path | None,
+    project_dir: Path,
+    image: Image,
+    keep_uris: bool = False,
 ) -> Plan:
     """Checks the file, leaves out the steps that need Google APIs (and those after them),
-    and maps the cloud URIs and the image's paths to local ones. Raises LocalRunError."""
+    and maps the cloud URIs and the image's paths to local ones; with `keep_uris` the
+    file's s3:// URIs stay (the steps use that store: `remote_root`). Raises LocalRunError."""
     try:
         spec = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as err:
@@ -191,8 +201,11 @@ def make_plan(
     for name in left_out:
         del tasks[name]
 
-    mapping = {spec.get("defaultPipelineRoot", ""): str(output_dir)}
-    for task in tasks.values():
+    root = spec.get("defaultPipelineRoot", "")
+    if keep_uris and not root.startswith(S3):
+        raise LocalRunError(f"{path}: --keep-uris needs an s3:// pipeline root, not '{root}'")
+    mapping = {} if keep_uris else {root: str(output_dir)}
+    for task in [] if keep_uris else tasks.values():
         parameter = task.get("inputs", {}).get("parameters", {}).get(DATA_PARAMETER, {})
         uri = parameter.get("runtimeValue", {}).get("constant")
         if uri and data is not None:
@@ -208,11 +221,14 @@ def make_plan(
     spec = _map_strings(spec, replace)
     for name in tasks:
         text = json.dumps([spec["root"]["dag"]["tasks"][name], _executor(spec, name)])
-        unmapped = CLOUD_URI.search(text)
+        unmapped = next(
+            (m for m in CLOUD_URI.finditer(text) if not (keep_uris and m[0].startswith(S3))), None
+        )
         if unmapped:
             raise LocalRunError(
                 f"{path}: {name} reads {unmapped.group(0)}, which this run cannot map"
                 f"{' (no --data given)' if data is None else ''}: it maps the pipeline root "
                 "to --output-dir and the data to --data"
             )
-    return Plan(spec=spec, steps=sorted(spec["root"]["dag"]["tasks"]), not_run=not_run)
+    steps = sorted(spec["root"]["dag"]["tasks"])
+    return Plan(spec=spec, steps=steps, not_run=not_run, remote_root=root if keep_uris else "")

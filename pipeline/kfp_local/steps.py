@@ -21,6 +21,18 @@ from pipeline.kfp_local.plan import Image, Plan
 # home and temporary files are, the locale, and which GPUs (a pod's device plugin decides
 # that on a cluster). Nothing else, so a variable the image lacks is missing here too.
 HOST_VARIABLES = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ", "CUDA_VISIBLE_DEVICES")
+# With --keep-uris, what a cluster gives a step for its s3:// store (the artifact secret's keys,
+# the endpoint), taken from this machine's environment.
+S3_VARIABLES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_ENDPOINT_URL",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "S3_ENDPOINT",
+    "S3_USE_HTTPS",
+    "S3_VERIFY_SSL",
+)
 EXCEPTION_LINE = re.compile(r"[\w.]*(?:Error|Exception|Exit)\b")
 MODULE_PATH = re.compile(r"^(?:\w+\.)+(?=\w+:)")
 
@@ -66,6 +78,25 @@ class HostSteps:
     total: int
     report: Callable[[str], None]
     done: list[Step] = field(default_factory=list)
+    # With --keep-uris: artifacts under `local_root` (kfp.local's pipeline root) are given
+    # to the step under `remote_root` (the file's s3:// root) instead.
+    local_root: str = ""
+    remote_root: str = ""
+
+    def _on_store(self, command: list[str]) -> list[str]:
+        """The step's executor input with its artifacts' URIs moved to the remote root; its
+        output metadata file stays local, where kfp.local reads it."""
+        at = command.index("--json_serialized_invocation_args") + 1
+        invocation = json.loads(command[at])
+        for side in ("inputs", "outputs"):
+            for artifacts in invocation.get(side, {}).get("artifacts", {}).values():
+                for artifact in artifacts.get("artifacts", []):
+                    uri = artifact.get("uri", "")
+                    if uri.startswith(self.local_root.rstrip("/") + "/"):
+                        artifact["uri"] = (
+                            self.remote_root.rstrip("/") + uri[len(self.local_root.rstrip("/")) :]
+                        )
+        return [*command[:at], json.dumps(invocation), *command[at + 1 :]]
 
     def run(self, command: list[str], env: dict[str, str]) -> bool:
         invocation = json.loads(command[command.index("--json_serialized_invocation_args") + 1])
@@ -73,6 +104,8 @@ class HostSteps:
         name = self.names.get(output_file.parent.name, output_file.parent.name)
         if command[0] in ("python", "python3"):
             command = [self.python, *command[1:]]
+        if self.remote_root:
+            command = self._on_store(command)
         log = self.log_dir / f"{name}.log"
         position = f"[{len(self.done) + 1}/{self.total}] {name}"
         self.report(f"{position}: running (log {log})")
@@ -83,7 +116,7 @@ class HostSteps:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
-                env={**_host_environment(), **self.image.env, **env},
+                env={**_host_environment(bool(self.remote_root)), **self.image.env, **env},
             )
         step = Step(name, returncode == 0, time.monotonic() - start, log)
         if step.ok and output_file.exists():
@@ -99,8 +132,9 @@ class HostSteps:
         return step.ok
 
 
-def _host_environment() -> dict[str, str]:
-    return {name: os.environ[name] for name in HOST_VARIABLES if name in os.environ}
+def _host_environment(store: bool = False) -> dict[str, str]:
+    names = HOST_VARIABLES + (S3_VARIABLES if store else ())
+    return {name: os.environ[name] for name in names if name in os.environ}
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from components import object_store
 from pipeline.kfp_ir import (
     build_pipeline_spec,
     resolver_executors,
@@ -20,7 +21,8 @@ from pipeline.settings.config import (
 )
 
 # TFX components open artifacts themselves with tf.io.gfile: gs:// is built in, s3://
-# (AWS S3 or MinIO through S3_ENDPOINT) needs tensorflow-io in the image.
+# (AWS S3, MinIO or SeaweedFS through S3_ENDPOINT) needs tensorflow-io in the image, which the
+# current stack has not (components/object_store.py): compiling there refuses s3://.
 ARTIFACT_STORE_SCHEMES = ("gs://", "s3://")
 
 
@@ -36,6 +38,7 @@ def _artifact_store_uri(flag: str, uri: str) -> str:
             f"{flag} must be a gs:// or s3:// URI that the cluster's pods can "
             f"reach, not a local path, got '{uri}'"
         )
+    object_store.refuse_on_this_stack(uri, what=f"{flag} {uri}")
     return uri.rstrip("/")
 
 
@@ -84,6 +87,24 @@ def kubeflow_config(
     )
 
 
+# TFX's step entrypoint, and the wrapper that registers s3:// and exits without the abort
+# tensorflow-io causes at interpreter exit (components/s3_entrypoint.py).
+TFX_ENTRYPOINT = [
+    "python",
+    "-m",
+    "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
+]
+S3_ENTRYPOINT = ["python", "-m", "components.s3_entrypoint"]
+
+
+def _with_s3_entrypoint(spec: dict) -> None:
+    """Every TFX step of `spec` started through the s3:// wrapper, same arguments."""
+    for executor in spec.get("deploymentSpec", {}).get("executors", {}).values():
+        container = executor.get("container", {})
+        if container.get("command") == TFX_ENTRYPOINT:
+            container["command"] = list(S3_ENTRYPOINT)
+
+
 def compile_pipeline(config: PipelineConfig, output: Path) -> Path:
     """Writes the KFP v2 pipeline IR (YAML) to `output`."""
     if config.kubeflow is None:
@@ -93,4 +114,6 @@ def compile_pipeline(config: PipelineConfig, output: Path) -> Path:
     unsupported = resolver_executors(spec)
     if unsupported:  # the topology must stay runnable on the open-source backend
         raise RuntimeError(f"resolver executors in the compiled pipeline: {unsupported}")
+    if any(object_store.is_s3(uri) for uri in (config.pipeline_root, config.source_uri)):
+        _with_s3_entrypoint(spec)
     return write_pipeline_yaml(spec, output)

@@ -11,6 +11,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from components import object_store, served_versions
 from components.contract import SAVED_MODEL_FILE
 from components.served_versions import newest_complete_version
 from pipeline.common import exit_status
@@ -23,10 +24,19 @@ class ModelNotFoundError(RuntimeError):
     pass
 
 
-def newest_version(model_dir: str) -> Path:
-    """`model_dir` itself if it is a SavedModel, else its highest numbered version."""
-    root = Path(model_dir)
-    if (root / SAVED_MODEL_FILE).exists():
+def newest_version(model_dir: str) -> Path | str:
+    """`model_dir` itself if it is a SavedModel, else its highest numbered version. A
+    remote one (gs://, s3://: a serving folder on Kubeflow's store) stays a URI string."""
+    if "://" in model_dir:
+        try:
+            object_store.check_bucket(model_dir)
+        except object_store.ObjectStoreError as err:
+            raise ModelNotFoundError(str(err)) from None
+        root: Path | str = model_dir.rstrip("/")
+        join = served_versions.join
+    else:
+        root, join = Path(model_dir), os.path.join
+    if served_versions.exists(join(str(root), SAVED_MODEL_FILE)):
         return root
     version = newest_complete_version(str(root))
     if version is None:
@@ -34,7 +44,7 @@ def newest_version(model_dir: str) -> Path:
             f"{model_dir}: no pushed model version found; run `cifar10-pipeline run` first "
             "or pass --model-dir"
         )
-    return root / version
+    return join(str(root), version) if isinstance(root, str) else root / version
 
 
 def check_image(path: str) -> bytes:
@@ -69,9 +79,10 @@ def _refusal(err: Exception) -> str:
 
 
 class Classifier:
-    def __init__(self, version_dir: Path):
+    def __init__(self, version_dir: Path | str):
         import tensorflow as tf
 
+        object_store.enable(str(version_dir))
         self.version_dir = version_dir
         self._serve = tf.saved_model.load(str(version_dir)).signatures["serving_default"]
         self._tf = tf

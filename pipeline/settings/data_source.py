@@ -10,6 +10,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from components import object_store
+
 OFFICIAL_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
 OFFICIAL_MD5 = "c32a1d4ab5d03f1284b67883e8d87530"
 ENV_VAR = "CIFAR10_DATA"
@@ -75,7 +77,8 @@ def download(url: str, target: Path, md5: str | None = None, timeout: float = 30
 
 
 def resolve(data: str | None) -> str:
-    """A local path or gs:// URI of the source to ingest."""
+    """A local path, gs:// or s3:// URI of the source to ingest. An s3:// one is refused
+    (ValueError, one line) when this stack cannot read it or its bucket cannot be reached."""
     value = data or os.environ.get(ENV_VAR, "")
     if value:
         if _is_url(value):
@@ -84,6 +87,7 @@ def resolve(data: str | None) -> str:
             if cached.exists():
                 return str(cached)
             return str(download(value, cached, OFFICIAL_MD5 if value == OFFICIAL_URL else None))
+        object_store.check_bucket(value)  # s3:// only: endpoint, credentials, bucket
         if "://" not in value and not os.path.exists(value):
             origin = "--data" if data else ENV_VAR
             raise DataSourceError(f"{value}: no such file or folder (from {origin})")
