@@ -225,3 +225,26 @@ def test_unwritable_output_dir_is_a_clear_error(tiny_archive, tmp_path):
     assert done.returncode == 2
     assert f"error: cannot use output directory {blocker / 'out'}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tiny_archive, tmp_path):
+    """A real filesystem that fills up during the run (a 3 MB tmpfs, mounted here: root
+    only): exit status 2, one line naming the output folder, no summary, report or served
+    version written, and the libraries' logging errors kept off the console."""
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(small)])
+    if mounted.returncode != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        out = small / "out"
+        done = cli("run", "--data", tiny_archive, "--output-dir", out, *FAST_TRAINING)
+        assert done.returncode == 2, done.stderr[-3000:]
+        said = ("error", "warning", "---")
+        [line] = [x for x in done.stderr.splitlines() if x.startswith(said)]
+        assert line.startswith(f"error: no space left writing to {out} ("), line
+        assert "Traceback" not in done.stderr
+        assert not (out / "run_summary.json").exists() and not (out / "report.html").exists()
+        assert not (out / "serving").exists()
+    finally:
+        subprocess.run(["umount", str(small)], check=True)

@@ -125,6 +125,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             finally:  # also for a failed run: the report says what did run and why it stopped
                 report_path = _write_report(output_dir)
     except Exception as err:
+        full = next((c for c in _causes(err) if _disk_full(c)), None)
+        if full is not None:
+            print(
+                f"error: no space left writing to {output_dir} ({full.strerror}); free some "
+                "space or pass another --output-dir; the failed step's files are not used",
+                file=sys.stderr,
+            )
+            return exit_status.BAD_INPUT
         for cause in _causes(err):
             for error_type, status in known:
                 if isinstance(cause, error_type):
@@ -144,14 +152,25 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _write_report(output_dir: Path) -> Path | None:
-    """The HTML report of a finished run; a broken report must not hide the outcome."""
+    """The HTML report of a finished run; a broken report must not hide the outcome. A run
+    that could not even write its summary (a full disk) has no report, and its own error
+    line says why."""
     from pipeline.local import report
+    from pipeline.local.summary import SUMMARY_FILE
 
+    if not (output_dir / SUMMARY_FILE).exists():
+        return None
     try:
         return report.build_report(output_dir)
     except Exception as err:
         print(f"warning: could not write the report: {err}", file=sys.stderr)
         return None
+
+
+def _disk_full(err: BaseException) -> bool:
+    import errno
+
+    return isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _causes(err: BaseException) -> list[BaseException]:

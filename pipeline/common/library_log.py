@@ -47,6 +47,15 @@ def _stderr_fd_to(log_fd: int) -> Iterator[None]:
             console.close()
 
 
+class _LogFileHandler(logging.FileHandler):
+    """A log file that cannot be written (its disk full) says nothing on the console: the
+    command's own error line says what went wrong, and one logging traceback per record
+    would bury it."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
+
+
 @contextlib.contextmanager
 def _logging_to(path: Path) -> Iterator[None]:
     """Python logging at INFO (TFX, Beam, absl) to `path` instead of the root logger's
@@ -54,7 +63,7 @@ def _logging_to(path: Path) -> Iterator[None]:
     from absl import logging as absl_logging
 
     root = logging.getLogger()
-    file_handler = logging.FileHandler(path)
+    file_handler = _LogFileHandler(path)
     file_handler.setLevel(logging.INFO)  # live progress updates stay off the file
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     saved_level, saved_handlers = root.level, list(root.handlers)
