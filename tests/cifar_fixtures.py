@@ -163,3 +163,33 @@ def write_split(path: Path, labels: np.ndarray, seed: int) -> np.ndarray:
         for example in serialized_examples(images, labels):
             writer.write(example)
     return images
+
+
+# A SavedModel's files, small and named, for the push tests (not loadable: the tests that
+# load one save a real tf.Module).
+MODEL_FILES = {
+    "saved_model.pb": b"graph",
+    "fingerprint.pb": b"fingerprint",
+    "variables/variables.index": b"index",
+    "variables/variables.data-00000-of-00001": b"weights" * 100,
+    "assets/labels.txt": b"airplane\n",
+}
+
+
+def fake_saved_model(tmp_path: Path, name: str) -> str:
+    """`<tmp_path>/<name>/Format-Serving` holding MODEL_FILES, each ending in `name`."""
+    serving = tmp_path / name / "Format-Serving"
+    for relative, content in MODEL_FILES.items():
+        (serving / relative).parent.mkdir(parents=True, exist_ok=True)
+        (serving / relative).write_bytes(content + name.encode())
+    return str(serving)
+
+
+def files_under(directory) -> dict[str, bytes]:
+    """Every file under `directory`: relative path -> bytes."""
+    import os
+
+    return {
+        os.path.relpath(path, directory): Path(path).read_bytes()
+        for path in (os.path.join(root, n) for root, _, names in os.walk(directory) for n in names)
+    }

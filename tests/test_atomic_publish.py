@@ -4,20 +4,13 @@ once its saved_model.pb exists, so saved_model.pb must never be there before the
 
 import os
 import shutil
-from pathlib import Path
 
 import pytest
 
 from components.atomic_pusher import executor as pusher
 from components.atomic_pusher.lock import LOCK_NAME
 
-MODEL_FILES = {
-    "saved_model.pb": b"graph",
-    "fingerprint.pb": b"fingerprint",
-    "variables/variables.index": b"index",
-    "variables/variables.data-00000-of-00001": b"weights" * 100,
-    "assets/labels.txt": b"airplane\n",
-}
+import cifar_fixtures as fx
 
 
 class Killed(Exception):
@@ -53,18 +46,11 @@ class ObjectStoreRename:
 
 
 def _model(tmp_path, name):
-    serving = tmp_path / name / "Format-Serving"
-    for relative, content in MODEL_FILES.items():
-        (serving / relative).parent.mkdir(parents=True, exist_ok=True)
-        (serving / relative).write_bytes(content + name.encode())
-    return str(serving)
+    return fx.fake_saved_model(tmp_path, name)
 
 
 def _files(directory):
-    return {
-        os.path.relpath(path, directory): Path(path).read_bytes()
-        for path in (os.path.join(root, n) for root, _, names in os.walk(directory) for n in names)
-    }
+    return fx.files_under(directory)
 
 
 def _loadable_versions(base):
@@ -84,7 +70,7 @@ def test_a_push_killed_after_any_object_never_exposes_a_loadable_partial_version
     tmp_path, monkeypatch
 ):
     first, second = _model(tmp_path, "first"), _model(tmp_path, "second")
-    objects = len(MODEL_FILES) + 1  # the model's files and PUSHED_FROM
+    objects = len(fx.MODEL_FILES) + 1  # the model's files and PUSHED_FROM
     for kill_after in range(objects):
         base = str(tmp_path / f"serving-{kill_after}")
         pusher.publish_version(first, base)

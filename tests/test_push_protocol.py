@@ -18,30 +18,18 @@ import pytest
 from components import served_versions
 from components.atomic_pusher import executor as pusher
 
+import cifar_fixtures as fx
+
 REPO = str(Path(__file__).resolve().parents[1])
 LOCK_NAME = ".push.lock"
-MODEL_FILES = {
-    "saved_model.pb": b"graph",
-    "fingerprint.pb": b"fingerprint",
-    "variables/variables.index": b"index",
-    "variables/variables.data-00000-of-00001": b"weights" * 100,
-    "assets/labels.txt": b"airplane\n",
-}
 
 
 def _model(tmp_path, name):
-    serving = tmp_path / name / "Format-Serving"
-    for relative, content in MODEL_FILES.items():
-        (serving / relative).parent.mkdir(parents=True, exist_ok=True)
-        (serving / relative).write_bytes(content + name.encode())
-    return str(serving)
+    return fx.fake_saved_model(tmp_path, name)
 
 
 def _files(directory):
-    return {
-        os.path.relpath(path, directory): Path(path).read_bytes()
-        for path in (os.path.join(root, n) for root, _, names in os.walk(directory) for n in names)
-    }
+    return fx.files_under(directory)
 
 
 def _expected(model_path):
