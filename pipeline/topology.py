@@ -52,7 +52,7 @@ def eval_config(accuracy_gate: float, max_regression: float) -> EvalConfig:
     """Overall accuracy must clear the absolute gate and must not regress against the
     baseline. One slice, the whole eval split: per-class accuracy is read off the confusion
     matrix plot (reported, not gated), where a second slice by label cost the Evaluator
-    seconds of TFMA's per-record Python (docs/performance.md)."""
+    seconds of TFMA's per-record Python."""
     tfma = stack.tfma_config()
     accuracy = tfma.MetricConfig(
         class_name="SparseCategoricalAccuracy",

@@ -17,7 +17,7 @@ fixed temperature a scale. Each goes into the weights next to it:
   into the next convolution's weights, or through the global max-pool into the head.
 
 The result computes the same function up to float rounding, in about a fifth less time per
-view (6 views per record for `flip_translate`); see docs/performance.md. Only networks
+view (6 views per record for `flip_translate`). Only networks
 built by `model.build_airbench` are rewritten; any other network is served as it is.
 """
 

@@ -30,7 +30,7 @@ def png_of(figure, margins: dict[str, float]) -> str:
     """A matplotlib figure as a PNG data URI (the figure is closed), laid out by fixed
     `margins` (`Figure.subplots_adjust`'s fractions), drawn once: `tight_layout` and
     `bbox_inches="tight"` each draw the whole figure once more to measure its labels, more
-    than half of the figures' time (docs/performance.md). The labels are the fixed class and
+    than half of the figures' time. The labels are the fixed class and
     feature names, so a figure's margins are set once for it."""
     import matplotlib.pyplot as plt
 

@@ -227,7 +227,7 @@ def class_accuracy(
     """Per-class accuracy and records, for the classes the eval split has: of the records of
     class c, the share predicted as c. SparseCategoricalAccuracy on the records labelled c
     takes the same argmax, so this is the figure TFMA's slices by label gave, without TFMA
-    slicing the eval split a second time to compute it (docs/performance.md)."""
+    slicing the eval split a second time to compute it."""
     present = [c for c in range(NUM_CLASSES) if records[c]]
     return {c: confusion[c][c] / records[c] for c in present}, {c: records[c] for c in present}
 
