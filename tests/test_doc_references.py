@@ -57,3 +57,27 @@ def test_every_reference_exists(where, kind, target):
         assert target.strip() in _readme_headings(), (
             f'{where}: README has no section "{target}" (sections: {sorted(_readme_headings())})'
         )
+
+
+def _named_tests() -> list[tuple[str, str]]:
+    """(page, name) for every test file or test function the guarantee tables name."""
+    found = []
+    for page in ("README.md", "docs/reliability.md"):
+        text = (REPO_ROOT / page).read_text()
+        found += [(page, name) for name in re.findall(r"\btests/\w+\.py\b", text)]
+        found += [(page, name) for name in re.findall(r"\btest_\w+\b(?!\.py)", text)]
+    return sorted(set(found))
+
+
+def test_the_guarantee_tables_name_tests():
+    assert len(_named_tests()) > 10
+
+
+@pytest.mark.parametrize("page, name", _named_tests())
+def test_every_test_a_guarantee_names_exists(page, name):
+    """A guarantee is only as good as its test: each one the tables name must exist."""
+    if name.startswith("tests/"):
+        assert (REPO_ROOT / name).is_file(), f"{page} names {name}, which does not exist"
+        return
+    sources = "\n".join(p.read_text() for p in (REPO_ROOT / "tests").glob("test_*.py"))
+    assert f"def {name}(" in sources, f"{page} names {name}, which no test file defines"
