@@ -11,7 +11,10 @@ from components.trainer.keras import keras, tf
 
 def _trained_looking_airbench(seed: int) -> keras.Model:
     """An airbench whose BatchNorm statistics and biases are far from their initial values
-    (a fresh network's are 0 and 1, which would hide a wrong fold)."""
+    (a fresh network's are 0 and 1, which would hide a wrong fold). Keras is seeded too: the
+    head's initial weights came from the process's random state, so a test's network was
+    another in every process (and its margins with it)."""
+    keras.utils.set_random_seed(seed)
     rng = np.random.default_rng(seed)
     images = rng.integers(0, 256, (300, 32, 32, 3), dtype=np.uint8)
     network = model.build_airbench((8, 16, 16), model.whitening_filters(images))

@@ -237,6 +237,10 @@ def _commands(spec: dict) -> list[list[str]]:
 
 @pytest.fixture(scope="module")
 def s3_file(tmp_path_factory):
+    from components import stack
+
+    if stack.running_stack() is stack.CURRENT:
+        pytest.skip("the current stack refuses s3:// (its own test: the refusal)")
     path = tmp_path_factory.mktemp("s3-file") / "cifar10.yaml"
     return path, _compile(path, "s3://mlpipeline/root", "s3://mlpipeline/nightly")
 
