@@ -72,9 +72,13 @@ def yaml_output(output: Path) -> Path:
     return output.resolve()
 
 
-def write_pipeline_yaml(spec: dict[str, Any], output: Path) -> Path:
-    """Writes the spec atomically: a failed write leaves no partial file behind."""
+def write_pipeline_yaml(
+    spec: dict[str, Any], output: Path, platform: dict[str, Any] | None = None
+) -> Path:
+    """Writes the spec, and the platform spec as a second YAML document if there is one (as
+    the kfp compiler does), atomically: a failed write leaves no partial file behind."""
     import yaml
 
     output = yaml_output(output)
-    return write_atomically(output, yaml.safe_dump(spec, sort_keys=True))
+    documents = [spec, platform] if platform else [spec]
+    return write_atomically(output, yaml.safe_dump_all(documents, sort_keys=True))

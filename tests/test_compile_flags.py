@@ -9,10 +9,10 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 
 from components import stack
 from pipeline import cli
+from pipeline.common import kfp_platform
 from pipeline.kfp_ir import UNCACHED_TASKS
 
 from conftest import PIPELINE_NODES
@@ -58,6 +58,9 @@ KUBEFLOW_ONLY = [
     ["--gpu-resource", "amd.com/gpu"],
     ["--gpu-resource", "nvidia.com/gpu"],  # the default, given
     ["--trainer-cpu", "0"],  # the default, given
+    ["--s3-endpoint", "http://store.example.com:9000"],
+    ["--s3-secret", "team-store-keys"],
+    ["--s3-secret", ""],  # none, given
 ]
 
 
@@ -149,7 +152,7 @@ def test_refusals_come_before_tfx_is_imported(tmp_path):
 def _compiled(tmp_path_factory, name: str, args: list[str]) -> dict:
     path = tmp_path_factory.mktemp(name) / "pipeline.yaml"
     assert cli.main([*args, f"--beam-arg={S3_ENDPOINT}", "--output", str(path)]) == 0
-    return yaml.safe_load(path.read_text())
+    return kfp_platform.read_pipeline_file(path)[0]
 
 
 @pytest.fixture(scope="module")

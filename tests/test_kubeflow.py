@@ -13,6 +13,7 @@ import yaml
 
 from components import stack
 from pipeline import cli, kfp_ir
+from pipeline.common import kfp_platform
 from pipeline.kubeflow import compile as kubeflow_compile
 from pipeline.local.runner import local_config
 from pipeline.settings.config import CONTAINER_SCHEMA_PATH, TrainingConfig
@@ -20,7 +21,7 @@ from pipeline.topology import create_pipeline
 from pipeline.vertex import pipeline_file as vertex_file
 
 import http_stand_in
-from conftest import compiler_places, compiling_away_from_home
+from conftest import PIPELINE_NODES, compiler_places, compiling_away_from_home
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,7 +54,71 @@ def compiled(tmp_path_factory):
     path = tmp_path_factory.mktemp("kubeflow") / "cifar10.yaml"
     with compiling_away_from_home(tmp_path_factory, "kubeflow"):
         assert cli.main(COMPILE_ARGS + ["--output", str(path)]) == 0
-    return path, yaml.safe_load(path.read_text())
+    return path, kfp_platform.read_pipeline_file(path)[0]
+
+
+on_s3 = pytest.mark.skipif(STORE != "s3", reason="the current stack refuses s3:// (its own test)")
+KEYS = {
+    "AWS_ACCESS_KEY_ID": ("mlpipeline-minio-artifact", "accesskey"),
+    "AWS_SECRET_ACCESS_KEY": ("mlpipeline-minio-artifact", "secretkey"),
+}
+
+
+@on_s3
+def test_an_s3_file_gives_every_pod_the_stores_endpoint_and_the_secrets_keys(compiled):
+    """On a cluster, the pods reach KFP's own store: its in-cluster endpoint in every
+    container's env, the keys from the secret the installation creates through the Kubernetes
+    platform spec (the file's second document), nothing secret in the file."""
+    from google.protobuf import json_format
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    path, spec = compiled
+    _, platform = kfp_platform.read_pipeline_file(path)
+    json_format.ParseDict(platform, pipeline_spec_pb2.PlatformSpec())  # kfp's own schema
+    executors = spec["deploymentSpec"]["executors"]
+    containers = {label for label, executor in executors.items() if "container" in executor}
+    configs = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert len(containers) == len(PIPELINE_NODES) and set(configs) == containers
+    for label in containers:
+        env = executors[label]["container"]["env"]
+        assert env == [{"name": "AWS_ENDPOINT_URL", "value": "http://minio-service.kubeflow:9000"}]
+        assert kfp_platform.secret_variables(platform, label) == KEYS
+        [entry] = configs[label]["secretAsEnv"]
+        assert entry["secretName"] == "mlpipeline-minio-artifact"  # read by KFP < 2.4
+
+
+@on_s3
+def test_the_store_endpoint_and_secret_can_be_named_or_left_out(tmp_path):
+    path = tmp_path / "other.yaml"
+    args = [*COMPILE_ARGS, "--output", str(path), "--s3-endpoint", "https://s3.example.com"]
+    assert cli.main([*args, "--s3-secret", "team-keys"]) == 0
+    spec, platform = kfp_platform.read_pipeline_file(path)
+    for label, executor in spec["deploymentSpec"]["executors"].items():
+        assert executor["container"]["env"][-1]["value"] == "https://s3.example.com"
+        assert {s for s, _ in kfp_platform.secret_variables(platform, label).values()} == {
+            "team-keys"
+        }
+    # AWS S3 with workload identity: no endpoint, no secret, a single document.
+    assert (
+        cli.main([*COMPILE_ARGS, "--output", str(path), "--s3-endpoint", "", "--s3-secret", ""])
+        == 0
+    )
+    spec, platform = kfp_platform.read_pipeline_file(path)
+    assert platform == {}
+    assert all("env" not in e["container"] for e in spec["deploymentSpec"]["executors"].values())
+
+
+@pytest.mark.parametrize("flag", ["--s3-endpoint", "--s3-secret"])
+def test_store_flags_without_an_s3_store_are_refused(flag, tmp_path, capsys):
+    gs = ["--pipeline-root", "gs://b/root", "--data", "gs://b/c.tar.gz", "--image", IMAGE]
+    output = tmp_path / "p.yaml"
+    args = ["compile", "--target", "kubeflow", *gs, flag, "x", "--output", str(output)]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: {flag} is for an s3:// --pipeline-root or --data; this file uses neither\n"
+    )
+    assert not output.exists()
 
 
 def test_the_file_loads_with_the_kfp_sdk(compiled):
@@ -367,10 +432,14 @@ def test_submit_creates_the_run_through_the_kfp_client(compiled, fake_kfp, capsy
     [(_, _, _, run)] = [r for r in _FakeKfp.requests if r[:2] == ("POST", "/apis/v2beta1/runs")]
     assert run["display_name"] == "nightly-1" and run["experiment_id"] == "exp-7"
     assert run["runtime_config"]["pipeline_root"] == ROOT
-    assert (
-        run["pipeline_spec"]["root"]["dag"]["tasks"].keys() == spec["root"]["dag"]["tasks"].keys()
-    )
-    assert run["pipeline_spec"]["deploymentSpec"] == spec["deploymentSpec"]
+    sent = run["pipeline_spec"]
+    if STORE == "s3":  # kfp's Client sends the platform spec beside the pipeline spec
+        platform = sent["platform_spec"]["platforms"]["kubernetes"]["deploymentSpec"]
+        assert {kfp_platform.secret_variables(sent["platform_spec"], label) == KEYS
+                for label in platform["executors"]} == {True}  # fmt: skip
+        sent = sent["pipeline_spec"]
+    assert sent["root"]["dag"]["tasks"].keys() == spec["root"]["dag"]["tasks"].keys()
+    assert sent["deploymentSpec"] == spec["deploymentSpec"]
 
 
 def test_submit_sets_the_span_choice_of_this_run(compiled, fake_kfp, capsys):
@@ -479,6 +548,8 @@ def test_submit_dry_run_describes_without_network(compiled, capsys):
         ("p.yaml", "root: [unclosed", "not a readable KFP pipeline YAML"),
         ("p.yaml", "pipelineInfo: {name: x}\nroot: {}\n", "not a compiled pipeline"),
         ("p.yaml", "bogusField: 1\n", "not a readable KFP pipeline YAML"),
+        ("p.yaml", "a: 1\n---\nb: 2\n---\nc: 3\n", "found 3 YAML documents"),
+        ("p.yaml", "pipelineInfo: {name: x}\n---\nplatforms: 1\n", "not a readable KFP"),
         ("p.json", "{}", "takes the .yaml file"),
     ],
 )

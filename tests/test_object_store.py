@@ -13,11 +13,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
 
 from components import object_store
 from components.cifar10_example_gen.sources import count_records
 from pipeline import cli
+from pipeline.common import kfp_platform
 
 import seaweed
 from conftest import FAST_TRAINING, versions
@@ -227,7 +227,7 @@ def _compile(path: Path, root: str, data: str, *extra: str) -> dict:
     args = ["compile", "--target", "kubeflow", "--image", "img:1", "--pipeline-root", root]
     args += ["--data", data, "--output", str(path), *KFP_FAST, "--accuracy-gate", "0", *extra]
     assert cli.main(args) == 0
-    return yaml.safe_load(path.read_text())
+    return kfp_platform.read_pipeline_file(path)[0]
 
 
 def _commands(spec: dict) -> list[list[str]]:
@@ -266,6 +266,47 @@ def test_keep_uris_leaves_the_s3_store_and_maps_the_rest(s3_file, tmp_path):
     assert image.workdir + "/" not in text  # the image's paths still map to the checkout
     with pytest.raises(kfp_plan.LocalRunError, match="no --data given"):
         kfp_plan.make_plan(*args)  # without it the s3:// data has no local stand-in
+
+
+def test_keep_uris_gives_the_steps_what_the_clusters_secret_and_endpoint_would(s3_file, tmp_path):
+    """The steps get the variables the file's platform spec takes from the secret, from this
+    machine's variables of those names, and this machine's endpoint for the cluster's; no
+    other store variable of this machine, and none at all without --keep-uris."""
+    from pipeline.kfp_local import plan as kfp_plan
+
+    image = kfp_plan.read_dockerfile(REPO_ROOT / "Dockerfile")
+    args = (s3_file[0], "kubeflow", tmp_path / "out", None, REPO_ROOT, image)
+    kept = kfp_plan.make_plan(*args, keep_uris=True)
+    secret = "mlpipeline-minio-artifact"
+    assert kept.secret_variables == {
+        "AWS_ACCESS_KEY_ID": (secret, "accesskey"),
+        "AWS_SECRET_ACCESS_KEY": (secret, "secretkey"),
+    }
+    assert kept.endpoint == KFP_ENDPOINT and KFP_ENDPOINT not in json.dumps(kept.spec)
+    here = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_SESSION_TOKEN": "t"}
+    here["AWS_ENDPOINT_URL"] = "http://127.0.0.1:8333"
+    assert kfp_plan.store_environment(kept, here) == {
+        "AWS_ACCESS_KEY_ID": "k",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:8333",
+    }
+    with pytest.raises(kfp_plan.LocalRunError, match="key 'secretkey' of secret 'mlpipeline-"):
+        kfp_plan.store_environment(kept, {k: v for k, v in here.items() if "SECRET" not in k})
+    del here["AWS_SECRET_ACCESS_KEY"]
+    with pytest.raises(kfp_plan.LocalRunError, match="^the file gives its steps AWS_SECRET_"):
+        kfp_plan.store_environment(kept, here)
+    with pytest.raises(kfp_plan.LocalRunError, match=f"reach the store at {KFP_ENDPOINT}; set"):
+        kfp_plan.store_environment(kept, {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"})
+
+    no_secret = tmp_path / "no-secret.yaml"
+    _compile(no_secret, "s3://mlpipeline/root", "s3://mlpipeline/nightly", "--s3-secret", "")
+    bare = kfp_plan.make_plan(no_secret, *args[1:], keep_uris=True)
+    assert kfp_plan.store_environment(bare, {**here, "AWS_SECRET_ACCESS_KEY": "s"}) == {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:8333"  # the keys stay here, as on the cluster
+    }
+    mapped = kfp_plan.make_plan(*args[:3], tmp_path / "c.tar.gz", *args[4:])
+    assert kfp_plan.store_environment(mapped, here) == {}
+    assert KFP_ENDPOINT not in json.dumps(mapped.spec)
 
 
 def test_a_step_on_the_store_gets_remote_artifact_uris_and_a_local_output_file(tmp_path):
@@ -343,6 +384,7 @@ def test_a_failing_step_on_the_store_exits_1_not_134(seaweedfs, tmp_path):
 _UNEXPECTED_ERROR = """
 from components import object_store
 from pipeline import cli
+from pipeline.common import kfp_platform
 
 object_store.gfile("s3://mlpipeline/x").exists("s3://mlpipeline/x")  # s3:// touched
 
@@ -387,11 +429,15 @@ def test_the_kubeflow_file_runs_three_nights_on_the_store(seaweedfs, tiny_archiv
     import cifar_fixtures as fx
 
     seaweedfs.upload(tiny_archive, "nightly/span-1/cifar.tar.gz")
-    # No --beam-arg: the endpoint and keys reach every step (Beam's S3 filesystem too) only
-    # through the environment, as a cluster's pods get them; nothing of them is compiled in.
+    # No --beam-arg: the keys reach every step (Beam's S3 filesystem too) only as the file's
+    # platform spec takes them from the cluster's secret (local-kfp: from this machine's
+    # variables of those names; the server refuses a request without them), the endpoint as
+    # the file's in-cluster one, which this machine's stands in for. No key in the file.
     path = tmp_path / "cifar10.yaml"
     _compile(path, "s3://mlpipeline/root", "s3://mlpipeline/nightly", "--warm-start")
-    assert "127.0.0.1" not in path.read_text() and seaweed.SECRET_KEY not in path.read_text()
+    text = path.read_text()
+    assert "127.0.0.1" not in text and seaweed.SECRET_KEY not in text
+    assert KFP_ENDPOINT in text and "mlpipeline-minio-artifact" in text
     out = tmp_path / "kfp"
     night = _cli(seaweedfs, "local-kfp", path, "--keep-uris", "--output-dir", out, timeout=1500)
     assert night.returncode == 0, night.stderr[-4000:] + night.stdout[-2000:]

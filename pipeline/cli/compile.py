@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pipeline.cli import target_flags
 from pipeline.cli.shared import add_gate_args, add_training_args, training_config, wrote
-from pipeline.common import exit_status
+from pipeline.common import exit_status, kfp_platform
 from pipeline.settings.tpu import ACCEPTED_NAMES as TPU_NAMES
 
 
@@ -37,6 +37,8 @@ def _kubeflow_config(args: argparse.Namespace):
         trainer_memory_gb=args.trainer_memory_gb,
         trainer_gpus=args.trainer_gpus,
         gpu_resource=args.gpu_resource,
+        s3_endpoint=args.s3_endpoint,
+        s3_secret=args.s3_secret,
         **_shared_compile_settings(args),
     )
 
@@ -226,6 +228,22 @@ def _add_kubeflow_pod_args(parser: argparse.ArgumentParser) -> None:
         kubeflow,
         "--gpu-resource",
         help="Kubernetes resource name of the accelerator (default: nvidia.com/gpu)",
+    )
+    store = parser.add_argument_group("kubeflow: how the pods reach an s3:// store")
+    target_flags.add(
+        store,
+        "--s3-endpoint",
+        metavar="URL",
+        help="the S3 API every pod gets as AWS_ENDPOINT_URL (default: the cluster's own store, "
+        f"{kfp_platform.CLUSTER_ENDPOINT}; '' for AWS S3)",
+    )
+    target_flags.add(
+        store,
+        "--s3-secret",
+        metavar="NAME",
+        help="Kubernetes secret whose accesskey and secretkey every pod gets as "
+        f"AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (default: {kfp_platform.STORE_SECRET}; "
+        "'' for none, e.g. workload identity)",
     )
 
 

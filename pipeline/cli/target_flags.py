@@ -28,6 +28,8 @@ _POD = (
     "(--worker-gpus, --worker-gpu-type), not in a pod with requests"
 )
 
+_GCS = "Vertex AI pipelines keep their artifacts and data on gs://, with the job's identity"
+
 
 @dataclass(frozen=True)
 class TargetFlag:
@@ -77,6 +79,8 @@ FLAGS = {
         TargetFlag("--trainer-memory-gb", KUBEFLOW, 0.0, _POD),
         TargetFlag("--trainer-gpus", KUBEFLOW, 0, _POD),
         TargetFlag("--gpu-resource", KUBEFLOW, "nvidia.com/gpu", _POD),
+        TargetFlag("--s3-endpoint", KUBEFLOW, None, _GCS),
+        TargetFlag("--s3-secret", KUBEFLOW, None, _GCS),
     )
 }  # fmt: skip
 

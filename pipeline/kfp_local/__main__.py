@@ -4,13 +4,20 @@ kfp.local (started by `cifar10-pipeline local-kfp`)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
 import pipeline.kfp_local
 from pipeline.common import exit_status
-from pipeline.kfp_local.plan import LocalRunError, Plan, make_plan, read_dockerfile
+from pipeline.kfp_local.plan import (
+    LocalRunError,
+    Plan,
+    make_plan,
+    read_dockerfile,
+    store_environment,
+)
 from pipeline.kfp_local.steps import HostSteps, Step, last_error, run_plan, task_folders
 
 # The ExampleGen's mark on a night with nothing new (components.contract.NO_NEW_SPAN_PROPERTY
@@ -71,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             image,
             keep_uris=args.keep_uris,
         )
+        store_env = store_environment(plan, dict(os.environ))
     except (LocalRunError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return exit_status.BAD_INPUT
@@ -86,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         report=_progress,
         local_root=str(output_dir),
         remote_root=plan.remote_root,
+        store_env=store_env,
     )
     for name, reason in plan.not_run.items():
         _progress(f"not run here: {name} ({reason})")

@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from pipeline.common import kfp_platform
 from pipeline.common.submission import has_dag
 
 # A cloud URI inside any string of the spec, also inside JSON-encoded constants.
@@ -141,6 +140,60 @@ class Plan:
     not_run: dict[str, str] = field(default_factory=dict)
     # With --keep-uris: the s3:// pipeline root the steps' artifacts go to ('' otherwise).
     remote_root: str = ""
+    # With --keep-uris: what the cluster would set in a step's environment from secrets
+    # ({env var: (secret, key)}, from the file's platform spec), and the store endpoint the
+    # file names ('' none), which this machine's own endpoint stands in for.
+    secret_variables: dict[str, tuple[str, str]] = field(default_factory=dict)
+    endpoint: str = ""
+
+
+# What stands in, on this machine, for the endpoint the file gives its steps.
+LOCAL_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL", "S3_ENDPOINT")
+
+
+def store_environment(plan: Plan, environ: dict[str, str]) -> dict[str, str]:
+    """A --keep-uris step's store variables, as the cluster would set them: each variable the
+    file takes from a secret, from this machine's variable of that name, and this machine's
+    endpoint for the file's. Raises LocalRunError naming the first one missing."""
+    found = {}
+    for variable, (secret, key) in sorted(plan.secret_variables.items()):
+        if variable not in environ:
+            raise LocalRunError(
+                f"the file gives its steps {variable} from key '{key}' of secret '{secret}'; "
+                f"set {variable} here to the value that secret holds for this store"
+            )
+        found[variable] = environ[variable]
+    if plan.endpoint:
+        local = [name for name in LOCAL_ENDPOINT_VARIABLES if name in environ]
+        if not local:
+            raise LocalRunError(
+                f"the file's steps reach the store at {plan.endpoint}; set AWS_ENDPOINT_URL "
+                "to the endpoint of that store as this machine reaches it"
+            )
+        found.update((name, environ[name]) for name in local)
+        for name in ("S3_USE_HTTPS", "S3_VERIFY_SSL", "AWS_REGION", "AWS_DEFAULT_REGION"):
+            if name in environ:
+                found[name] = environ[name]
+    return found
+
+
+def _without_endpoint(spec: dict) -> str:
+    """Takes the store endpoint out of every container's env; returns it ('' if none)."""
+    endpoint = ""
+    for executor in spec.get("deploymentSpec", {}).get("executors", {}).values():
+        env = executor.get("container", {}).get("env", [])
+        for entry in [e for e in env if e.get("name") == kfp_platform.ENDPOINT_VARIABLE]:
+            endpoint = entry.get("value", "")
+            env.remove(entry)
+    return endpoint
+
+
+def _secret_variables(spec: dict, platform: dict) -> dict[str, tuple[str, str]]:
+    """Every variable the platform spec sets from a secret in any executor."""
+    found = {}
+    for label in spec.get("deploymentSpec", {}).get("executors", {}):
+        found.update(kfp_platform.secret_variables(platform, label))
+    return found
 
 
 def _check_form(path: Path, spec: Any) -> None:
@@ -185,11 +238,11 @@ def make_plan(
     and maps the cloud URIs and the image's paths to local ones; with `keep_uris` the
     file's s3:// URIs stay (the steps use that store: `remote_root`). Raises LocalRunError."""
     try:
-        spec = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as err:
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise LocalRunError(f"{path}: not a readable pipeline YAML ({reason})") from err
+        spec, platform = kfp_platform.read_pipeline_file(Path(path))
+    except kfp_platform.PipelineFileError as err:
+        raise LocalRunError(str(err)) from err
     _check_form(path, spec)
+    endpoint = _without_endpoint(spec)  # a cluster's address: this machine's stands in
     google = _google_steps(spec)
     _check_target(path, target, google)
     tasks = spec["root"]["dag"]["tasks"]
@@ -231,4 +284,13 @@ def make_plan(
                 "to --output-dir and the data to --data"
             )
     steps = sorted(spec["root"]["dag"]["tasks"])
-    return Plan(spec=spec, steps=steps, not_run=not_run, remote_root=root if keep_uris else "")
+    if not keep_uris:
+        return Plan(spec=spec, steps=steps, not_run=not_run)
+    return Plan(
+        spec=spec,
+        steps=steps,
+        not_run=not_run,
+        remote_root=root,
+        secret_variables=_secret_variables(spec, platform),
+        endpoint=endpoint,
+    )

@@ -21,18 +21,6 @@ from pipeline.kfp_local.plan import Image, Plan
 # home and temporary files are, the locale, and which GPUs (a pod's device plugin decides
 # that on a cluster). Nothing else, so a variable the image lacks is missing here too.
 HOST_VARIABLES = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ", "CUDA_VISIBLE_DEVICES")
-# With --keep-uris, what a cluster gives a step for its s3:// store (the artifact secret's keys,
-# the endpoint), taken from this machine's environment.
-S3_VARIABLES = (
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_ENDPOINT_URL",
-    "AWS_REGION",
-    "AWS_DEFAULT_REGION",
-    "S3_ENDPOINT",
-    "S3_USE_HTTPS",
-    "S3_VERIFY_SSL",
-)
 EXCEPTION_LINE = re.compile(r"[\w.]*(?:Error|Exception|Exit)\b")
 MODULE_PATH = re.compile(r"^(?:\w+\.)+(?=\w+:)")
 
@@ -79,9 +67,11 @@ class HostSteps:
     report: Callable[[str], None]
     done: list[Step] = field(default_factory=list)
     # With --keep-uris: artifacts under `local_root` (kfp.local's pipeline root) are given
-    # to the step under `remote_root` (the file's s3:// root) instead.
+    # to the step under `remote_root` (the file's s3:// root) instead, and the step gets
+    # `store_env` (plan.store_environment: what the cluster would set from its secret).
     local_root: str = ""
     remote_root: str = ""
+    store_env: dict[str, str] = field(default_factory=dict)
 
     def _on_store(self, command: list[str]) -> list[str]:
         """The step's executor input with its artifacts' URIs moved to the remote root; its
@@ -116,7 +106,7 @@ class HostSteps:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
-                env={**_host_environment(bool(self.remote_root)), **self.image.env, **env},
+                env={**_host_environment(), **self.image.env, **env, **self.store_env},
             )
         step = Step(name, returncode == 0, time.monotonic() - start, log)
         if step.ok and output_file.exists():
@@ -132,9 +122,8 @@ class HostSteps:
         return step.ok
 
 
-def _host_environment(store: bool = False) -> dict[str, str]:
-    names = HOST_VARIABLES + (S3_VARIABLES if store else ())
-    return {name: os.environ[name] for name in names if name in os.environ}
+def _host_environment() -> dict[str, str]:
+    return {name: os.environ[name] for name in HOST_VARIABLES if name in os.environ}
 
 
 @contextlib.contextmanager

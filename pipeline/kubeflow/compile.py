@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from components import object_store
+from pipeline.common import kfp_platform
 from pipeline.kfp_ir import (
     build_pipeline_spec,
     resolver_executors,
@@ -55,13 +56,30 @@ def kubeflow_config(
     source_fingerprint: str = "",
     beam_args: tuple[str, ...] = (),
     pipeline_name: str = "cifar10",
+    s3_endpoint: str | None = None,
+    s3_secret: str | None = None,
     **overrides,
 ) -> PipelineConfig:
     """The pipeline on a KFP cluster: the standard Trainer in its own pod with the
     given requests; strategy `auto` then picks from the devices that pod sees. The Beam
-    steps run in their pods (DirectRunner) with `beam_args`."""
+    steps run in their pods (DirectRunner) with `beam_args`. With an s3:// store the pods
+    get `s3_endpoint` and `s3_secret`'s keys (None: the cluster's own store and secret)."""
     root = _artifact_store_uri("--pipeline-root", pipeline_root)
     source_uri = _artifact_store_uri("--data", source_uri)
+    on_s3 = any(object_store.is_s3(uri) for uri in (root, source_uri))
+    for flag, value in (("--s3-endpoint", s3_endpoint), ("--s3-secret", s3_secret)):
+        if value is not None and not on_s3:
+            raise ValueError(
+                f"{flag} is for an s3:// --pipeline-root or --data; this file uses neither"
+            )
+    if s3_endpoint and not s3_endpoint.startswith(("http://", "https://")):
+        raise ValueError(f"--s3-endpoint must be an http:// or https:// URL, got '{s3_endpoint}'")
+    store = {}
+    if on_s3:
+        store = {
+            "s3_endpoint": kfp_platform.CLUSTER_ENDPOINT if s3_endpoint is None else s3_endpoint,
+            "s3_secret": kfp_platform.STORE_SECRET if s3_secret is None else s3_secret,
+        }
     if not image:
         raise ValueError("--image is required: the pipeline image every step runs")
     if training.strategy == "multi_worker":
@@ -82,6 +100,7 @@ def kubeflow_config(
             trainer_memory_gb=trainer_memory_gb,
             trainer_gpus=trainer_gpus,
             gpu_resource=gpu_resource,
+            **store,
         ),
         **overrides,
     )
@@ -114,6 +133,10 @@ def compile_pipeline(config: PipelineConfig, output: Path) -> Path:
     unsupported = resolver_executors(spec)
     if unsupported:  # the topology must stay runnable on the open-source backend
         raise RuntimeError(f"resolver executors in the compiled pipeline: {unsupported}")
+    platform = {}
     if any(object_store.is_s3(uri) for uri in (config.pipeline_root, config.source_uri)):
         _with_s3_entrypoint(spec)
-    return write_pipeline_yaml(spec, output)
+        platform = kfp_platform.add_store_access(
+            spec, endpoint=config.kubeflow.s3_endpoint, secret=config.kubeflow.s3_secret
+        )
+    return write_pipeline_yaml(spec, output, platform)

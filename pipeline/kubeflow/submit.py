@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.common import kfp_platform
 from pipeline.common.submission import (
     SubmitError,
     container_images,
@@ -26,7 +27,6 @@ from pipeline.kfp_ir import YAML_SUFFIXES, resolver_executors
 def load_pipeline_spec(path: Path) -> dict[str, Any]:
     """Reads a compiled YAML file the way kfp's Client will (kfp's own parser), so a
     malformed file fails here, before any network call. Raises SubmitError."""
-    import yaml
     from google.protobuf import json_format
     from kfp.pipeline_spec import pipeline_spec_pb2
 
@@ -36,9 +36,12 @@ def load_pipeline_spec(path: Path) -> dict[str, Any]:
             "`cifar10-pipeline compile --target kubeflow`"
         )
     try:
-        spec = yaml.safe_load(Path(path).read_text())
+        spec, platform = kfp_platform.read_pipeline_file(Path(path))
         json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
-    except (OSError, yaml.YAMLError, json_format.ParseError, TypeError, AttributeError) as err:
+        json_format.ParseDict(platform, pipeline_spec_pb2.PlatformSpec())
+    except kfp_platform.PipelineFileError as err:
+        raise SubmitError(str(err)) from err
+    except (json_format.ParseError, TypeError, AttributeError) as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise SubmitError(f"{path}: not a readable KFP pipeline YAML ({reason})") from err
     if not has_dag(spec):

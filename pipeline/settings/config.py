@@ -54,6 +54,10 @@ class KubeflowConfig:
     trainer_memory_gb: float = 0.0  # memory request, GB
     trainer_gpus: int = 0  # accelerator count
     gpu_resource: str = "nvidia.com/gpu"  # Kubernetes resource name of the accelerator
+    # With an s3:// store: the endpoint every pod gets as AWS_ENDPOINT_URL ('' none: AWS S3)
+    # and the Kubernetes secret whose accesskey/secretkey become its keys ('' none).
+    s3_endpoint: str = ""
+    s3_secret: str = ""
 
     def __post_init__(self) -> None:
         for name in ("trainer_cpu", "trainer_memory_gb", "trainer_gpus"):
