@@ -83,7 +83,12 @@ def newest_complete_version(serving_model_dir: str) -> str | None:
 def version_spans(serving_model_dir: str, version: str) -> dict[int, str]:
     """{span: fingerprint} a version was trained on, its starting model's spans included
     (the Pusher records both); {} for a version that records none."""
-    record = join(serving_model_dir, version, SERVED_SPANS_FILE)
+    return read_spans_record(join(serving_model_dir, version, SERVED_SPANS_FILE))
+
+
+def read_spans_record(record: str) -> dict[int, str]:
+    """{span: fingerprint} of a spans record (SERVED_SPANS_FILE, beside a version or in the
+    ExampleGen's output); {} where there is none."""
     if not exists(record):
         return {}
     return {int(k): v for k, v in json.loads(read_text(record))["fingerprints"].items()}

@@ -127,9 +127,19 @@ def _served_state(tmp_path, serving_dir):
     return served
 
 
-def _gate(tmp_path, train, evals, serving_dir="", accept_drift=False):
-    """Runs the gate's executor on statistics of (images, labels) per split; returns the
-    comparison it wrote."""
+def _gate(
+    tmp_path,
+    train,
+    evals,
+    serving_dir="",
+    accept_drift=False,
+    schema_proto=None,
+    examples=None,
+    validated=False,
+):
+    """Runs the gate's executor on statistics of (images, labels) per split (`validated`: with
+    the anomalies ExampleValidator finds in them against the schema); returns the comparison
+    it wrote."""
     from tensorflow_metadata.proto.v0 import anomalies_pb2
 
     statistics = standard_artifacts.ExampleStatistics()
@@ -139,21 +149,28 @@ def _gate(tmp_path, train, evals, serving_dir="", accept_drift=False):
     anomalies.uri = str(tmp_path / "anomalies")
     anomalies.split_names = statistics.split_names
     for split, data in (("train", train), ("eval", evals)):
-        _write(f"{statistics.uri}/Split-{split}/FeatureStats.pb", _statistics(*data))
-        _write(f"{anomalies.uri}/Split-{split}/SchemaDiff.pb", anomalies_pb2.Anomalies())
+        split_statistics = _statistics(*data)
+        found = anomalies_pb2.Anomalies()
+        if validated:
+            found = tfdv.validate_statistics(split_statistics, schema_proto or load_schema())
+            del found.anomaly_info["record_id"]  # these frames have no record ids
+        _write(f"{statistics.uri}/Split-{split}/FeatureStats.pb", split_statistics)
+        _write(f"{anomalies.uri}/Split-{split}/SchemaDiff.pb", found)
     schema = standard_artifacts.Schema()
     schema.uri = str(tmp_path / "schema")
     os.makedirs(schema.uri)
     with open(f"{schema.uri}/schema.pbtxt", "w") as out:
         from google.protobuf import text_format
 
-        out.write(text_format.MessageToString(load_schema()))
+        out.write(text_format.MessageToString(schema_proto or load_schema()))
     comparison = standard_artifacts.ExampleAnomalies()
     comparison.uri = str(tmp_path / "comparison")
     os.makedirs(comparison.uri)
     inputs = {"statistics": [statistics], "anomalies": [anomalies], "schema": [schema]}
     if serving_dir:  # what the run's first step read from the serving folder
         inputs["served_model"] = [_served_state(tmp_path, serving_dir)]
+    if examples is not None:
+        inputs["examples"] = [examples]
     Executor().Do(inputs, {"comparison": [comparison]}, {ACCEPT_DRIFT_KEY: int(accept_drift)})
     return json.loads((tmp_path / "comparison" / COMPARISON_FILE).read_text())
 
@@ -265,3 +282,139 @@ def test_small_data_is_not_compared(tmp_path, served_statistics):
     verdict = _gate(tmp_path, small, small, serving)
     for kind in ("skew", "drift"):
         assert verdict[kind]["skipped"].startswith("too few records to compare (990 < 1,000)")
+
+
+def _without(statistics, feature):
+    """A copy of `statistics` without `feature`, as an older pipeline's statistics would be."""
+    copy = type(statistics)()
+    copy.CopyFrom(statistics)
+    dataset = copy.datasets[0]
+    kept = [f for f in dataset.features if f.path.step != [feature]]
+    del dataset.features[:]
+    dataset.features.extend(kept)
+    return copy
+
+
+def test_a_feature_missing_from_the_served_statistics_stops_the_run(tmp_path, served_statistics):
+    """TFDV reports a compared feature the served statistics lack as an anomaly, not as a
+    distance; the gate used to see no distance and no problem, so the feature went
+    unchecked."""
+    serving = _served(tmp_path, _without(served_statistics, "image_sharpness"))
+    with pytest.raises(DataValidationError) as stopped:
+        _gate(tmp_path, _sample(seed=2), _sample(seed=3), serving)
+    assert (
+        "  - drift: feature 'image_sharpness': missing from the training data of served "
+        "version 1700000000, so it cannot be compared" in str(stopped.value).splitlines()
+    )
+
+
+def test_a_feature_the_schema_marks_new_is_named_as_not_compared(tmp_path, served_statistics):
+    """The one exception: a feature the schema tags `new_feature` (added since the served
+    version) is not compared while the served statistics lack it, and says so."""
+    from components.validation_gate.comparison import NEW_FEATURE_TAG
+
+    schema = load_schema()
+    [sharpness] = [f for f in schema.feature if f.name == "image_sharpness"]
+    sharpness.annotation.tag.append(NEW_FEATURE_TAG)
+    serving = _served(tmp_path, _without(served_statistics, "image_sharpness"))
+    verdict = _gate(tmp_path, _sample(seed=2), _sample(seed=3), serving, schema_proto=schema)
+    assert verdict["drift"]["not_compared"] == {
+        "image_sharpness": "new in the schema since the served version"
+    }
+    assert "image_sharpness" not in {d["feature"] for d in verdict["drift"]["distances"]}
+    from pipeline.local.report_text import comparison_lines  # what the run's summary shows
+
+    shown = comparison_lines(verdict)
+    assert "  image_sharpness: not compared, new in the schema since the served version" in shown
+
+
+def _span_examples(tmp_path, splits: dict[str, dict[int, tuple]], fingerprints: dict[int, str]):
+    """An Examples artifact as the ExampleGen writes it for a window of spans: each split's
+    records ({split: {span: (images, labels)}}) with ids `span-N/...` and their summaries,
+    the window's fingerprints."""
+    import tensorflow as tf
+
+    from components.cifar10_example_gen.executor import to_example
+    from components.cifar10_example_gen.shards import Record
+    from components.contract import SERVED_SPANS_FILE
+
+    examples = standard_artifacts.Examples()
+    examples.uri = str(tmp_path / "examples")
+    examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
+    for split, window in splits.items():
+        folder = tmp_path / "examples" / f"Split-{split}"
+        folder.mkdir(parents=True)
+        path = str(folder / "data_tfrecord-00000-of-00001.gz")
+        with tf.io.TFRecordWriter(path, options="GZIP") as writer:
+            for span, (images, labels) in window.items():
+                values = np.stack(list(summarize(images).values()), axis=1)
+                for i, (image, label) in enumerate(zip(images, labels)):
+                    record_id = f"span-{span}/b.bin:{i}"
+                    record = Record(record_id, int(label), image.tobytes(), values[i])
+                    writer.write(to_example(record).SerializeToString())
+    spans = {"spans": sorted(fingerprints), "fingerprints": fingerprints}
+    (tmp_path / "examples" / SERVED_SPANS_FILE).write_text(json.dumps(spans))
+    return examples
+
+
+def test_drift_over_a_window_compares_only_the_spans_the_served_model_has_not_seen(
+    tmp_path, served_statistics
+):
+    """`--spans 2` after a push from span 1: span 2 lacks a class. Compared as one train
+    split with span 1, which the served model was trained on, the label's distance was
+    diluted below its threshold and the run went on; only span 2 is new data."""
+    from components.contract import SERVED_SPANS_FILE
+
+    serving = _served(tmp_path, served_statistics)
+    record = {"spans": [1], "fingerprints": {"1": "fingerprint-1"}}
+    (serving / "1700000000" / SERVED_SPANS_FILE).write_text(json.dumps(record))
+    seen = _sample(seed=2, per_class=500)
+    unseen = _without_class(_sample(seed=3))  # 2,700 records, no class 3
+    window = {1: seen, 2: unseen}
+    examples = _span_examples(tmp_path, {"train": window}, {1: "fingerprint-1", 2: "fingerprint-2"})
+    train = tuple(np.concatenate(parts) for parts in zip(seen, unseen))
+    with pytest.raises(DataValidationError) as stopped:
+        _gate(tmp_path, train, train, serving, examples=examples)
+    [line] = [x for x in str(stopped.value).splitlines() if x.startswith("  - drift: ")]
+    assert line.startswith("  - drift: feature 'label': L-infinity distance 0.1")
+    assert line.endswith(
+        "(span 2 of this run's train split (new to the served model) against the training "
+        "data of served version 1700000000)"
+    )
+
+
+def _checkerboards(count: int) -> np.ndarray:
+    """Images no photograph is like: 1-pixel black and white squares (sharpness 4, far
+    outside the schema's domain [0, 0.6])."""
+    board = (np.indices((32, 32)).sum(0) % 2 * 255).astype(np.uint8)
+    return np.repeat(board[None, :, :, None], 3, axis=-1).repeat(count, axis=0)
+
+
+@pytest.mark.parametrize("odd", [1, 40])
+def test_images_outside_a_summarys_domain_stop_the_run_only_beyond_a_share(tmp_path, odd):
+    """One odd image among 3,000 used to fail the whole run (TFDV reports any value out of
+    the domain, and nothing could accept it); now it is counted and tolerated, and only more
+    than 0.1% of a split stop the run, with the count."""
+    from pipeline.local.report_text import comparison_lines
+
+    images, labels = _sample(seed=2)
+    images = np.concatenate([images, _checkerboards(odd)])
+    labels = np.concatenate([labels, np.zeros(odd, labels.dtype)])
+    data = {0: (images, labels)}
+    examples = _span_examples(tmp_path, {"train": data, "eval": data}, {0: "fingerprint-0"})
+    total = f"{3000 + odd:,}"
+    if odd == 1:
+        verdict = _gate(tmp_path, data[0], data[0], examples=examples, validated=True)
+        found = verdict["out_of_domain"]["train"]["image_sharpness"]
+        assert found == {"count": 1, "records": 3001, "domain": [0.0, pytest.approx(0.6)]}
+        assert (
+            f"out of domain  split 'train', image_sharpness: 1 of {total} images outside "
+            "[0, 0.6] (tolerated)"
+        ) in comparison_lines(verdict)
+        return
+    with pytest.raises(DataValidationError) as stopped:
+        _gate(tmp_path, data[0], data[0], examples=examples, validated=True)
+    assert (
+        f"  - split 'train', feature 'image_sharpness': 40 of {total} images outside the "
+        "schema's domain [0, 0.6] (at most 0.1% are tolerated)"
+    ) in str(stopped.value).splitlines()

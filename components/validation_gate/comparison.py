@@ -16,6 +16,9 @@ from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_p
 # the data (benchmarks/drift_thresholds.py: same-distribution samples of 1,000 stay below
 # every threshold, smaller ones need not), so the pair is reported as not compared.
 MIN_COMPARED_EXAMPLES = 1000
+# A schema feature with this annotation tag was added since the served version: while the
+# served statistics lack it, it is named as not compared instead of stopping the run.
+NEW_FEATURE_TAG = "new_feature"
 
 _MEASURE_NAMES = {
     anomalies_pb2.DriftSkewInfo.Measurement.L_INFTY: "L-infinity distance",
@@ -50,17 +53,25 @@ class Comparison:
     old: str
     distances: tuple[Distance, ...] = ()
     skipped: str = ""
+    # Compared features one side lacks: {feature: the data set without it}.
+    missing: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Features not compared, each with the reason (a feature new in the schema).
+    not_compared: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def over(self) -> tuple[Distance, ...]:
         return tuple(d for d in self.distances if d.over)
 
     def problems(self) -> list[str]:
-        """One line per feature beyond its threshold, naming the two data sets."""
+        """One line per feature beyond its threshold or missing from one side, naming the
+        two data sets."""
         return [
             f"{self.kind}: feature '{d.feature}': {d.measure} {d.value:.4f} > threshold "
             f"{d.threshold:g} ({self.new} against {self.old})"
             for d in self.over
+        ] + [
+            f"{self.kind}: feature '{feature}': missing from {side}, so it cannot be compared"
+            for feature, side in sorted(self.missing.items())
         ]
 
     def to_json(self) -> dict:
@@ -70,6 +81,8 @@ class Comparison:
             "old": self.old,
             "skipped": self.skipped,
             "distances": [dataclasses.asdict(d) | {"over": d.over} for d in self.distances],
+            "missing": dict(self.missing),
+            "not_compared": dict(self.not_compared),
         }
 
 
@@ -131,4 +144,35 @@ def compare(
         for m in measurements:
             name = _MEASURE_NAMES.get(m.type, "distance")
             distances.append(Distance("/".join(info.path.step), name, m.value, m.threshold))
-    return Comparison(kind, *names, distances=tuple(sorted(distances, key=lambda d: d.feature)))
+    missing, not_compared = _missing_sides(anomalies, schema, names)
+    return Comparison(
+        kind,
+        *names,
+        distances=tuple(sorted(distances, key=lambda d: d.feature)),
+        missing=missing,
+        not_compared=not_compared,
+    )
+
+
+def _missing_sides(
+    anomalies: anomalies_pb2.Anomalies, schema: schema_pb2.Schema, names: tuple[str, str]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Compared features that TFDV could not compare because one side lacks them (it reports
+    those as anomalies, not distances): {feature: the side without it}, and those of them the
+    schema tags as new, which the older side cannot have yet."""
+    new_features = {f.name for f in schema.feature if NEW_FEATURE_TAG in f.annotation.tag}
+    sides = {
+        anomalies_pb2.AnomalyInfo.COMPARATOR_CONTROL_DATA_MISSING: names[1],
+        anomalies_pb2.AnomalyInfo.COMPARATOR_TREATMENT_DATA_MISSING: names[0],
+    }
+    missing, not_compared = {}, {}
+    for feature, info in anomalies.anomaly_info.items():
+        for reason in info.reason:
+            side = sides.get(reason.type)
+            if side is None:
+                continue
+            if feature in new_features and side == names[1]:
+                not_compared[feature] = "new in the schema since the served version"
+            else:
+                missing[feature] = side
+    return missing, not_compared

@@ -17,10 +17,15 @@ from components.contract import (
     EVAL_SPLIT,
     NO_NEW_SPAN_PROPERTY,
     NO_NEW_SPAN_REASON_PROPERTY,
+    SERVED_SPANS_FILE,
     SERVED_STATISTICS_FILE,
     TRAIN_SPLIT,
 )
-from components.served_versions import load_served_state, served_statistics_file
+from components.served_versions import (
+    load_served_state,
+    read_spans_record,
+    served_statistics_file,
+)
 from components.tfx_files import anomalies_file, statistics_file
 from components.validation_gate.checks import (
     DataDriftError,
@@ -29,6 +34,14 @@ from components.validation_gate.checks import (
     statistics_problems,
 )
 from components.validation_gate.comparison import Comparison, compare
+from components.validation_gate.records import (
+    OUT_OF_DOMAIN_TOLERANCE,
+    domain_features,
+    out_of_domain,
+    read_summaries,
+    span_statistics,
+    tolerated,
+)
 from components.validation_gate.spec import ACCEPT_DRIFT_KEY, EXAMPLES_KEY, SERVED_MODEL_KEY
 
 
@@ -51,9 +64,38 @@ def served_statistics(served: list) -> tuple[str, str | None]:
     return f"the training data of served version {state.version}", path
 
 
-def _comparisons(statistics, schema, served: list, output_uri: str):
-    """Skew of the eval split against the train split; drift of the train split against the
-    served version's training data, whose statistics are copied into the output."""
+def unseen_spans(examples: list, served: list) -> tuple[list[int], list[int]]:
+    """(the window's spans the served version was not trained on, the whole window): a span
+    is seen when the served version recorded it with the same fingerprint."""
+    if not examples or not served:
+        return [], []
+    window = read_spans_record(os.path.join(examples[0].uri, SERVED_SPANS_FILE))
+    state = load_served_state(served[0].uri)
+    seen_spans = state.spans if state is not None else {}
+    return sorted(n for n, print_ in window.items() if seen_spans.get(n) != print_), sorted(window)
+
+
+def _drift_side(statistics, schema, examples: list, served: list):
+    """(statistics, name) of what drift compares: the train split, or, when the served model
+    was trained on part of the window (`--spans K`), only the spans it has not seen, so the
+    seen ones cannot dilute a change."""
+    train = _statistics(statistics_file(statistics, TRAIN_SPLIT))
+    unseen, window = unseen_spans(examples, served)
+    if not unseen or len(unseen) == len(window):
+        return train, "this run's train split"
+    split_uri = artifact_utils.get_split_uri(examples, TRAIN_SPLIT)
+    named = ", ".join(map(str, unseen))
+    return (
+        span_statistics(split_uri, unseen, schema),
+        f"span{'s' if len(unseen) > 1 else ''} {named} of this run's train split "
+        "(new to the served model)",
+    )
+
+
+def _comparisons(statistics, schema, served: list, output_uri: str, examples: list):
+    """Skew of the eval split against the train split; drift of the new data (_drift_side)
+    against the served version's training data, whose statistics are copied into the
+    output."""
     train = _statistics(statistics_file(statistics, TRAIN_SPLIT))
     evals = _statistics(statistics_file(statistics, EVAL_SPLIT))
     skew = compare(
@@ -63,12 +105,39 @@ def _comparisons(statistics, schema, served: list, output_uri: str):
     if path is None:
         drift = Comparison("drift", "this run's train split", "", skipped=baseline)
     else:
-        served = _statistics(path)
+        served_stats = _statistics(path)
         io_utils.write_bytes_file(
-            os.path.join(output_uri, SERVED_STATISTICS_FILE), served.SerializeToString()
+            os.path.join(output_uri, SERVED_STATISTICS_FILE), served_stats.SerializeToString()
         )
-        drift = compare("drift", train, served, schema, ("this run's train split", baseline))
+        new, name = _drift_side(statistics, schema, examples, served)
+        drift = compare("drift", new, served_stats, schema, (name, baseline))
     return skew, drift
+
+
+def _domain_outliers(split: str, found, examples: list, schema) -> tuple[list[str], dict]:
+    """Images outside an image summary's domain, counted from the split's records: each
+    feature's problem line when more than the tolerated share are, and the tolerated counts
+    otherwise. The features counted are taken out of `found` (the line says more)."""
+    features = domain_features(found)
+    if not features or not examples:
+        return [], {}
+    frame = read_summaries(artifact_utils.get_split_uri(examples, split))
+    problems, kept = [], {}
+    for name, counted in out_of_domain(frame, schema, features).items():
+        count, records = counted["count"], counted["records"]
+        if not count:  # the records disagree with the statistics: leave TFDV's anomaly
+            continue
+        del found.anomaly_info[name]
+        if tolerated(count, records):
+            kept[name] = counted
+            continue
+        low, high = counted["domain"]
+        problems.append(
+            f"split '{split}', feature '{name}': {count:,} of {records:,} images outside the "
+            f"schema's domain [{low:g}, {high:g}] (at most {100 * OUT_OF_DOMAIN_TOLERANCE:g}% "
+            "are tolerated)"
+        )
+    return problems, kept
 
 
 class Executor(base_executor.BaseExecutor):
@@ -91,14 +160,16 @@ class Executor(base_executor.BaseExecutor):
             stats = _statistics(statistics_file(statistics, split))
             for dataset in stats.datasets:
                 problems.extend(statistics_problems(split, dataset))
+        schema = io_utils.SchemaReader().read(io_utils.get_only_uri_in_dir(schema_artifact.uri))
+        outliers = {}
         for split in artifact_utils.decode_split_names(anomalies.split_names):
             found = anomalies_pb2.Anomalies.FromString(
                 io_utils.read_bytes_file(anomalies_file(anomalies, split))
             )
-            problems.extend(anomaly_problems(split, found))
-        schema = io_utils.SchemaReader().read(io_utils.get_only_uri_in_dir(schema_artifact.uri))
+            too_many, outliers[split] = _domain_outliers(split, found, examples, schema)
+            problems.extend(too_many + anomaly_problems(split, found))
         skew, drift = _comparisons(
-            statistics, schema, input_dict.get(SERVED_MODEL_KEY) or [], output.uri
+            statistics, schema, input_dict.get(SERVED_MODEL_KEY) or [], output.uri, examples
         )
         problems.extend(skew.problems())
         drifted = drift.problems()
@@ -107,6 +178,7 @@ class Executor(base_executor.BaseExecutor):
             "drift": drift.to_json(),
             "accept_drift": accept_drift,
             "drift_accepted": bool(drifted) and accept_drift,
+            "out_of_domain": {split: found for split, found in outliers.items() if found},
         }
         io_utils.write_string_file(os.path.join(output.uri, COMPARISON_FILE), json.dumps(verdict))
         for comparison in (skew, drift):

@@ -192,6 +192,12 @@ def comparison_section(summary: RunSummary) -> dict[str, Any] | None:
             notes.append(f"{kind}: {found['skipped']}")
             continue
         notes.append(f"{kind}: {found['new']} against {found['old']}")
+        notes += [
+            f"{kind}: {f} missing from {side}" for f, side in found.get("missing", {}).items()
+        ]
+        notes += [
+            f"{kind}: {f} not compared, {why}" for f, why in found.get("not_compared", {}).items()
+        ]
         for d in found["distances"]:
             verdict = "beyond" if d["over"] else "within"
             rows.append(

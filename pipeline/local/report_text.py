@@ -24,9 +24,20 @@ def comparison_lines(comparison: dict | None) -> list[str]:
         over = [d for d in found["distances"] if d["over"]]
         verdict = f"{len(over)} of {len(found['distances'])} features beyond their thresholds"
         lines.append(f"{label}{found['new']} against {found['old']}: {verdict}")
+        for feature, side in found.get("missing", {}).items():
+            lines.append(f"  {feature}: missing from {side}, not compared")
+        for feature, why in found.get("not_compared", {}).items():
+            lines.append(f"  {feature}: not compared, {why}")
         if kind == "drift" and comparison["drift_accepted"]:
             names = ", ".join(d["feature"] for d in over)
             lines.append(f"  ACCEPTED with --accept-drift: {names}")
+    for split, features in comparison.get("out_of_domain", {}).items():
+        for name, found in features.items():
+            low, high = found["domain"]
+            lines.append(
+                f"out of domain  split '{split}', {name}: {found['count']:,} of "
+                f"{found['records']:,} images outside [{low:g}, {high:g}] (tolerated)"
+            )
     return lines
 
 
