@@ -240,6 +240,7 @@ def create_pipeline(config: PipelineConfig) -> tfx_pipeline.Pipeline:
         served_model=served_model,
         examples=examples,
         accept_drift=config.accept_drift,
+        accept_labels=config.accept_labels,
     )
     trainer = _trainer(config, examples, schema_gen.outputs["schema"], served_model)
     trainer.add_upstream_node(validation_gate)

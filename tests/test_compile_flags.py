@@ -157,7 +157,9 @@ def _compiled(tmp_path_factory, name: str, args: list[str]) -> dict:
 
 @pytest.fixture(scope="module")
 def kubeflow_no_cache(tmp_path_factory):
-    return _compiled(tmp_path_factory, "kubeflow-flags", [*KUBEFLOW, "--no-cache"])
+    return _compiled(
+        tmp_path_factory, "kubeflow-flags", [*KUBEFLOW, "--no-cache", "--accept-labels"]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -198,3 +200,11 @@ def test_vertex_honours_the_flags_it_shares(vertex_with_beam_arg):
     assert pool["container_spec"]["image_uri"] == TPU_IMAGE
     executors = vertex_with_beam_arg["deploymentSpec"]["executors"].values()
     assert {e["container"]["image"] for e in executors} == {IMAGE}
+
+
+def test_both_targets_compile_the_gates_overrides(kubeflow_no_cache, vertex_with_beam_arg):
+    """--accept-labels (and --accept-drift, not given) reach the gate's parameters."""
+    for spec, accepted in ((kubeflow_no_cache, 1), (vertex_with_beam_arg, 0)):
+        gate = spec["root"]["dag"]["tasks"]["DataValidationGate"]["inputs"]["parameters"]
+        assert gate["accept_labels"]["runtimeValue"]["constant"] == accepted
+        assert gate["accept_drift"]["runtimeValue"]["constant"] == 0

@@ -18,7 +18,6 @@ from components.contract import (
     IMAGE_KEY,
     IMAGE_SUMMARY_FEATURES,
     LABEL_KEY,
-    SAVED_MODEL_FILE,
     SERVED_STATISTICS_FILE,
 )
 from components.validation_gate.checks import DataValidationError
@@ -106,11 +105,55 @@ def _write(path, message):
         out.write(message.SerializeToString())
 
 
-def _served(tmp_path, statistics, version="1700000000"):
-    """A serving folder whose newest version keeps `statistics` (None: keeps none)."""
+class _Oracle:
+    """A served model for the fixture images, whose colour and stripes give the class away
+    (cifar_fixtures.make_images): right on every clean image, as a good model is nearly."""
+
+    @staticmethod
+    def logits(images):
+        import tensorflow as tf
+
+        x = tf.cast(images, tf.float32)
+        rows = tf.range(32) % 4 == 0
+        plain = tf.reduce_mean(tf.boolean_mask(x, ~rows, axis=1), axis=[1, 2])  # [N, 3]
+        striped = tf.reduce_mean(tf.boolean_mask(x, rows, axis=1), axis=[1, 2, 3])
+        channel = tf.argmax(plain, axis=1, output_type=tf.int32)
+        estimate = (tf.reduce_max(plain, axis=1) - 149.5) / 10.0
+        stripes = striped - tf.reduce_mean(plain, axis=1) > 40.0
+        classes = tf.range(10)
+        wrong_channel = tf.not_equal(classes[None, :] % 3, channel[:, None])
+        wrong_stripes = tf.not_equal(classes[None, :] >= 5, stripes[:, None])
+        distance = tf.square(estimate[:, None] - tf.cast(classes[None, :], tf.float32))
+        penalty = 50.0 * (tf.cast(wrong_channel, tf.float32) + tf.cast(wrong_stripes, tf.float32))
+        return -4.0 * distance - penalty
+
+
+def _save_oracle(folder, reference=True):
+    """The oracle as a SavedModel with a `logits` function, and its label reference on a
+    clean sample (as the Trainer writes one) unless `reference` is False."""
+    import tensorflow as tf
+
+    from components import label_agreement
+
+    module = tf.Module()
+    module.logits = tf.function(
+        _Oracle.logits, input_signature=[tf.TensorSpec([None, 32, 32, 3], tf.uint8)]
+    )
+    tf.saved_model.save(module, str(folder))
+    if reference:
+        images, labels = _sample(seed=9, per_class=100)
+        probabilities = tf.nn.softmax(_Oracle.logits(images)).numpy()
+        found = label_agreement.reference(probabilities, labels)
+        (folder / "assets.extra").mkdir(exist_ok=True)
+        (folder / label_agreement.REFERENCE_FILE).write_text(found.to_json())
+
+
+def _served(tmp_path, statistics, version="1700000000", reference=True):
+    """A serving folder whose newest version (the oracle) keeps `statistics` (None: keeps
+    none)."""
     folder = tmp_path / "serving" / version
     folder.mkdir(parents=True)
-    (folder / SAVED_MODEL_FILE).write_bytes(b"")
+    _save_oracle(folder, reference)
     if statistics is not None:
         _write(str(folder / SERVED_STATISTICS_FILE), statistics)
     return tmp_path / "serving"
@@ -134,6 +177,7 @@ def _gate(
     serving_dir="",
     accept_drift=False,
     schema_proto=None,
+    accept_labels=False,
     examples=None,
     validated=False,
 ):
@@ -171,7 +215,8 @@ def _gate(
         inputs["served_model"] = [_served_state(tmp_path, serving_dir)]
     if examples is not None:
         inputs["examples"] = [examples]
-    Executor().Do(inputs, {"comparison": [comparison]}, {ACCEPT_DRIFT_KEY: int(accept_drift)})
+    properties = {ACCEPT_DRIFT_KEY: int(accept_drift), "accept_labels": int(accept_labels)}
+    Executor().Do(inputs, {"comparison": [comparison]}, properties)
     return json.loads((tmp_path / "comparison" / COMPARISON_FILE).read_text())
 
 
@@ -418,3 +463,93 @@ def test_images_outside_a_summarys_domain_stop_the_run_only_beyond_a_share(tmp_p
         f"  - split 'train', feature 'image_sharpness': 40 of {total} images outside the "
         "schema's domain [0, 0.6] (at most 0.1% are tolerated)"
     ) in str(stopped.value).splitlines()
+
+
+def _swapped(data, first=3, second=5):
+    images, labels = data
+    swapped = labels.copy()
+    swapped[labels == first], swapped[labels == second] = second, first
+    return images, swapped
+
+
+def _label_gate(tmp_path, data, serving, **kwargs):
+    examples = _span_examples(tmp_path, {"train": {0: data}}, {0: "fingerprint-0"})
+    return _gate(tmp_path, data, data, serving, examples=examples, **kwargs)
+
+
+def test_the_served_model_judges_clean_labels_and_they_pass(tmp_path, served_statistics):
+    verdict = _label_gate(tmp_path, _sample(seed=2), _served(tmp_path, served_statistics))
+    labels = verdict["labels"]
+    assert labels["scored"] == 3000 and labels["exchanged"] == [] and not labels["noise_over"]
+    assert labels["reference"] == "served version 1700000000 on its own eval split"
+    assert np.trace(np.array(labels["confusion"])) == 3000  # the oracle is right on each
+
+
+def test_exchanged_labels_stop_the_run_naming_the_pair(tmp_path, served_statistics):
+    """The fault no statistic sees: cat and dog labels exchanged (same images, same class
+    counts, so no drift)."""
+    serving = _served(tmp_path, served_statistics)
+    with pytest.raises(DataValidationError) as stopped:
+        _label_gate(tmp_path, _swapped(_sample(seed=2)), serving)
+    lines = str(stopped.value).splitlines()
+    assert (
+        "  - labels: labels of cat and dog look exchanged: 100% of images labelled dog are "
+        "predicted cat and 100% the other way; the served model confuses them 0% (served "
+        "version 1700000000 on its own eval split)"
+    ) in lines
+    assert not any(line.startswith("  - drift") for line in lines)
+    assert lines[-1] == (
+        "(the served model disagrees with the labels: --accept-labels trains on them anyway)"
+    )
+    comparison = json.loads((tmp_path / "comparison" / COMPARISON_FILE).read_text())
+    [suspect, *_] = comparison["labels"]["suspects"]
+    assert {suspect["given"], suspect["predicted"]} == {"cat", "dog"}
+    assert suspect["record_id"].startswith("span-0/") and suspect["confidence"] > 0.9
+
+
+def test_many_wrong_labels_stop_the_run(tmp_path, served_statistics):
+    images, labels = _sample(seed=2)
+    rng = np.random.default_rng(0)
+    noisy = labels.copy()
+    chosen = rng.random(len(labels)) < 0.25
+    noisy[chosen] = rng.integers(0, 10, chosen.sum())
+    serving = _served(tmp_path, served_statistics)
+    with pytest.raises(DataValidationError, match=r"labels: an estimated 2\d\.\d% of the span"):
+        _label_gate(tmp_path, (images, noisy), serving)
+
+
+def test_accept_labels_trains_anyway_and_records_it(tmp_path, served_statistics):
+    serving = _served(tmp_path, served_statistics)
+    verdict = _label_gate(tmp_path, _swapped(_sample(seed=2)), serving, accept_labels=True)
+    assert verdict["labels_accepted"] is True
+    assert verdict["labels"]["exchanged"][0]["labels"] == ["cat", "dog"]
+    from pipeline.local.report_text import comparison_lines
+
+    shown = comparison_lines(verdict)
+    assert "  exchanged: cat and dog" in shown and "  ACCEPTED with --accept-labels" in shown
+
+
+def test_labels_without_a_served_model_or_its_reference(tmp_path, served_statistics):
+    verdict = _label_gate(tmp_path, _sample(seed=2), tmp_path / "serving")
+    assert verdict["labels"] == {"skipped": "no served model: nothing to ask"}
+    from pipeline.local.report_text import comparison_lines
+
+    assert "labels         no served model: nothing to ask" in comparison_lines(verdict)
+    # A version pushed before references existed is judged against a default confusion.
+    serving = _served(tmp_path / "old", served_statistics, reference=False)
+    with pytest.raises(DataValidationError, match="keeps no reference: judged against 15%"):
+        _label_gate(tmp_path / "old", _swapped(_sample(seed=2)), serving)
+
+
+def test_labels_are_not_judged_on_drifted_images(tmp_path, served_statistics):
+    """Darker images make the served model disagree with correct labels: the drift lines say
+    what happened, and accepting the drift (--accept-drift) is not stopped by the labels."""
+    serving = _served(tmp_path, served_statistics)
+    darker = _darker(_sample(seed=2))
+    verdict = _label_gate(tmp_path, darker, serving, accept_drift=True)
+    assert verdict["drift_accepted"] is True and verdict["labels_accepted"] is False
+    labels = verdict["labels"]
+    assert labels["skipped"] == (
+        "not judged: the images drifted from the served model's training data"
+    )
+    assert labels["noise_estimate"] > 0.3  # what would have read as wrong labels

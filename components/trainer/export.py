@@ -18,7 +18,11 @@ sees at most `VIEWS_PER_PASS` views at a time, whatever the request's size.
 
 from __future__ import annotations
 
-from components import object_store
+import os
+
+import numpy as np
+
+from components import label_agreement, object_store
 from components.contract import (
     CLASSES_KEY,
     EXAMPLES_INPUT,
@@ -234,3 +238,23 @@ def export_serving_model(
                 EXAMPLES_SIGNATURE: module.serve_examples,
             },
         )
+
+
+def write_label_reference(
+    network: keras.Model, images: tf.Tensor, labels: tf.Tensor, export_dir: str, batch: int = 512
+) -> None:
+    """The model's label reference (components/label_agreement.py) on the eval split, in the
+    export's assets.extra/: what agreement between its predictions and clean labels looks
+    like, against which a later run judges a new span's labels. One view, as `logits`."""
+    probabilities = [
+        tf.nn.softmax(tf.cast(network(images[start : start + batch], training=False),
+                              tf.float32)).numpy()
+        for start in range(0, int(images.shape[0]), batch)
+    ]  # fmt: skip
+    if not probabilities:
+        return
+    found = label_agreement.reference(np.concatenate(probabilities), labels.numpy())
+    path = os.path.join(export_dir, label_agreement.REFERENCE_FILE)
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    with tf.io.gfile.GFile(path, "w") as handle:
+        handle.write(found.to_json())

@@ -8,6 +8,7 @@ from tfx.types import BaseChannel, standard_artifacts
 from components.validation_gate.executor import Executor
 from components.validation_gate.spec import (
     ACCEPT_DRIFT_KEY,
+    ACCEPT_LABELS_KEY,
     DataValidationGateSpec,
 )
 
@@ -31,6 +32,7 @@ class DataValidationGate(base_component.BaseComponent):
         served_model: BaseChannel | None = None,
         examples: BaseChannel | None = None,
         accept_drift: bool = False,
+        accept_labels: bool = False,
     ):
         super().__init__(
             spec=DataValidationGateSpec(
@@ -40,6 +42,6 @@ class DataValidationGate(base_component.BaseComponent):
                 comparison=types.Channel(type=standard_artifacts.ExampleAnomalies),
                 served_model=served_model,
                 examples=examples,
-                **{ACCEPT_DRIFT_KEY: int(accept_drift)},
+                **{ACCEPT_DRIFT_KEY: int(accept_drift), ACCEPT_LABELS_KEY: int(accept_labels)},
             )
         )

@@ -34,6 +34,7 @@ from components.validation_gate.checks import (
     statistics_problems,
 )
 from components.validation_gate.comparison import Comparison, compare
+from components.validation_gate.labels import check_labels
 from components.validation_gate.records import (
     OUT_OF_DOMAIN_TOLERANCE,
     domain_features,
@@ -42,7 +43,12 @@ from components.validation_gate.records import (
     span_statistics,
     tolerated,
 )
-from components.validation_gate.spec import ACCEPT_DRIFT_KEY, EXAMPLES_KEY, SERVED_MODEL_KEY
+from components.validation_gate.spec import (
+    ACCEPT_DRIFT_KEY,
+    ACCEPT_LABELS_KEY,
+    EXAMPLES_KEY,
+    SERVED_MODEL_KEY,
+)
 
 
 def _statistics(path: str) -> statistics_pb2.DatasetFeatureStatisticsList:
@@ -140,6 +146,17 @@ def _domain_outliers(split: str, found, examples: list, schema) -> tuple[list[st
     return problems, kept
 
 
+def _labels(statistics, examples: list, served: list):
+    """The served model's judgement of the new records' labels, or None and why not."""
+    if not examples:
+        return None, "no examples given to the gate"
+    train = _statistics(statistics_file(statistics, TRAIN_SPLIT))
+    records = train.datasets[0].num_examples if train.datasets else 0
+    unseen, window = unseen_spans(examples, served)
+    spans = unseen if unseen and len(unseen) < len(window) else None
+    return check_labels(examples, served, records, spans)
+
+
 class Executor(base_executor.BaseExecutor):
     def Do(self, input_dict, output_dict, exec_properties) -> None:
         statistics = artifact_utils.get_single_instance(input_dict["statistics"])
@@ -147,6 +164,7 @@ class Executor(base_executor.BaseExecutor):
         schema_artifact = artifact_utils.get_single_instance(input_dict["schema"])
         output = artifact_utils.get_single_instance(output_dict["comparison"])
         accept_drift = bool(exec_properties.get(ACCEPT_DRIFT_KEY, 0))
+        accept_labels = bool(exec_properties.get(ACCEPT_LABELS_KEY, 0))
         examples = input_dict.get(EXAMPLES_KEY) or []
         if examples and examples[0].get_int_custom_property(NO_NEW_SPAN_PROPERTY):
             reason = examples[0].get_string_custom_property(NO_NEW_SPAN_REASON_PROPERTY)
@@ -168,34 +186,49 @@ class Executor(base_executor.BaseExecutor):
             )
             too_many, outliers[split] = _domain_outliers(split, found, examples, schema)
             problems.extend(too_many + anomaly_problems(split, found))
-        skew, drift = _comparisons(
-            statistics, schema, input_dict.get(SERVED_MODEL_KEY) or [], output.uri, examples
-        )
+        served = input_dict.get(SERVED_MODEL_KEY) or []
+        skew, drift = _comparisons(statistics, schema, served, output.uri, examples)
         problems.extend(skew.problems())
         drifted = drift.problems()
+        labels, why_not = _labels(statistics, examples, served)
+        mislabelled = labels.problems() if labels else []
+        if mislabelled and drifted:
+            # On images unlike its training data the served model's disagreement says as much
+            # about the images as about the labels: the drift lines say what happened.
+            why_not = "not judged: the images drifted from the served model's training data"
+            mislabelled = []
         verdict = {
             "skew": skew.to_json(),
             "drift": drift.to_json(),
             "accept_drift": accept_drift,
             "drift_accepted": bool(drifted) and accept_drift,
             "out_of_domain": {split: found for split, found in outliers.items() if found},
+            "labels": (labels.to_json() if labels else {}) | {"skipped": why_not},
+            "accept_labels": accept_labels,
+            "labels_accepted": bool(mislabelled) and accept_labels,
         }
         io_utils.write_string_file(os.path.join(output.uri, COMPARISON_FILE), json.dumps(verdict))
         for comparison in (skew, drift):
             logging.info("%s: %s", comparison.kind, comparison.skipped or "compared")
-        if drifted and accept_drift:
-            logging.warning("drift accepted (--accept-drift):\n  %s", "\n  ".join(drifted))
-        elif drifted:
-            problems.extend(drifted)
+        logging.info("labels: %s", why_not or f"{labels.scored} records scored")
+        for found, accepted, flag in ((drifted, accept_drift, "--accept-drift"),
+                                      (mislabelled, accept_labels, "--accept-labels")):  # fmt: skip
+            if found and accepted:
+                logging.warning("accepted (%s):\n  %s", flag, "\n  ".join(found))
+            elif found:
+                problems.extend(found)
         if problems:
-            hint = "\n(the data drifted: --accept-drift trains on it anyway)" if drifted else ""
-            if accept_drift:
-                hint = ""
-            only_drift = len(problems) == len(drifted) and not accept_drift
+            hints = [
+                "\n(the data drifted: --accept-drift trains on it anyway)"
+                if drifted and not accept_drift else "",
+                "\n(the served model disagrees with the labels: --accept-labels trains on them "
+                "anyway)" if mislabelled and not accept_labels else "",
+            ]  # fmt: skip
+            only_drift = drifted and len(problems) == len(drifted) and not accept_drift
             raise (DataDriftError if only_drift else DataValidationError)(
                 "data validation failed, training will not start:\n  - "
                 + "\n  - ".join(problems)
-                + hint
+                + "".join(hints)
             )
         logging.info(
             "Data validation passed for splits %s",

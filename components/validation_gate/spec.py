@@ -7,6 +7,7 @@ from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 
 ACCEPT_DRIFT_KEY = "accept_drift"
+ACCEPT_LABELS_KEY = "accept_labels"
 SERVED_MODEL_KEY = "served_model"
 EXAMPLES_KEY = "examples"
 
@@ -15,6 +16,9 @@ class DataValidationGateSpec(ComponentSpec):
     PARAMETERS = {
         # 1: drift beyond a threshold is recorded and the run goes on (--accept-drift).
         ACCEPT_DRIFT_KEY: ExecutionParameter(type=int),
+        # 1: labels the served model disagrees with are recorded and the run goes on
+        # (--accept-labels).
+        ACCEPT_LABELS_KEY: ExecutionParameter(type=int, optional=True),
     }
     INPUTS = {
         "statistics": ChannelParameter(type=standard_artifacts.ExampleStatistics),

@@ -83,6 +83,7 @@ def _shared_compile_settings(args: argparse.Namespace) -> dict:
         "accuracy_gate": args.accuracy_gate,
         "max_regression": args.max_regression,
         "accept_drift": args.accept_drift,
+        "accept_labels": args.accept_labels,
     }
 
 

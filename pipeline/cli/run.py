@@ -30,6 +30,7 @@ def _prepared(args: argparse.Namespace, output_dir: Path):
         accuracy_gate=args.accuracy_gate,
         max_regression=args.max_regression,
         accept_drift=args.accept_drift,
+        accept_labels=args.accept_labels,
         force=args.force,
         enable_cache=not args.no_cache,
         beam_args=tuple(args.beam_arg),

@@ -130,6 +130,12 @@ def add_gate_args(parser: argparse.ArgumentParser) -> None:
         help="train even if the data drifted from what the served model was trained on "
         "(recorded in the run summary and report); skew between the splits still stops",
     )
+    group.add_argument(
+        "--accept-labels",
+        action="store_true",
+        help="train even if the served model disagrees with the new labels (exchanged "
+        "classes, many wrong labels; recorded in the run summary)",
+    )
 
 
 def wrote(verb: str, write: Callable[[], Path], refused: type[Exception]) -> int:

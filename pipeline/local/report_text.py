@@ -31,6 +31,7 @@ def comparison_lines(comparison: dict | None) -> list[str]:
         if kind == "drift" and comparison["drift_accepted"]:
             names = ", ".join(d["feature"] for d in over)
             lines.append(f"  ACCEPTED with --accept-drift: {names}")
+    lines += _label_lines(comparison)
     for split, features in comparison.get("out_of_domain", {}).items():
         for name, found in features.items():
             low, high = found["domain"]
@@ -38,6 +39,27 @@ def comparison_lines(comparison: dict | None) -> list[str]:
                 f"out of domain  split '{split}', {name}: {found['count']:,} of "
                 f"{found['records']:,} images outside [{low:g}, {high:g}] (tolerated)"
             )
+    return lines
+
+
+def _label_lines(comparison: dict) -> list[str]:
+    """The served model's judgement of the labels in a line (and the pairs it found)."""
+    labels = comparison.get("labels")
+    if not labels:
+        return []
+    if labels.get("skipped"):
+        return [f"{'labels':<15}{labels['skipped']}"]
+    reference = labels["reference_noise_estimate"]
+    against = f"{100 * reference:.1f}%" if reference is not None else "no reference"
+    lines = [
+        f"{'labels':<15}{labels['scored']:,} images scored by the served model: "
+        f"{len(labels['exchanged'])} exchanged pairs, an estimated "
+        f"{100 * labels['noise_estimate']:.1f}% wrong labels ({against} on its eval split)"
+    ]
+    for pair in labels["exchanged"]:
+        lines.append(f"  exchanged: {' and '.join(pair['labels'])}")
+    if comparison.get("labels_accepted"):
+        lines.append("  ACCEPTED with --accept-labels")
     return lines
 
 

@@ -88,6 +88,10 @@ class PipelineConfig:
     # Drift from the served model's training data beyond the schema's thresholds is recorded
     # and the run trains anyway (--accept-drift); off, it stops the run before training.
     accept_drift: bool = False
+    # Labels the served model disagrees with (exchanged pairs, an estimated share of wrong
+    # labels beyond the reference's) are recorded and the run trains anyway (--accept-labels);
+    # off, they stop the run before training.
+    accept_labels: bool = False
     # With span folders under source_uri: the span to train on (-1: the newest), a rolling
     # window of the newest `span_window` up to it, and `force` to train although the served
     # model already saw that span. `span_parameters`: compiled as runtime parameters (span,

@@ -1,0 +1,177 @@
+"""What the served model's label checks read on clean spans and on labelling faults: the
+measurement EXCHANGE_MARGIN and NOISE_MARGIN (components/label_agreement.py) are set from.
+
+    python -m benchmarks.label_thresholds --data cifar-10-binary-train.tar.gz \
+        [--served 10000 --served 25000] [--span 3000] [--samples 3]
+
+For each served size: the pipeline (`cifar10-pipeline run`, default recipe, no gate) trains
+on the first N images of the archive and pushes a version with its label reference; then
+spans drawn from the images it never saw are scored with that version (as DataValidationGate
+does) and judged: `--samples` disjoint clean spans, and one span each with cat and dog labels
+exchanged, with 10% and 25% of labels replaced at random. Prints a Markdown table: the
+largest exchange excess over all class pairs (the smaller of its two directions, minus the
+reference) and the noise estimate's excess over the reference's; a row stops the run when
+either is beyond its margin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+
+import numpy as np
+
+from benchmarks.bench_docs import detect_machine
+from components import label_agreement
+from components.cifar10_example_gen import sources
+from components.contract import LABEL_NAMES, NUM_CLASSES
+from components.served_versions import newest_complete_version
+
+CAT, DOG = LABEL_NAMES.index("cat"), LABEL_NAMES.index("dog")
+
+
+def _archive(path: str, images: np.ndarray, labels: np.ndarray) -> str:
+    """The official binary layout, 10,000 records a batch file."""
+    members = {"cifar-10-batches-bin/batches.meta.txt": "\n".join(LABEL_NAMES).encode()}
+    planar = images.transpose(0, 3, 1, 2).reshape(len(labels), -1)
+    records = np.concatenate([labels.astype(np.uint8)[:, None], planar], axis=1)
+    for number, start in enumerate(range(0, len(labels), 10000), 1):
+        members[f"cifar-10-batches-bin/data_batch_{number}.bin"] = records[
+            start : start + 10000
+        ].tobytes()
+    with tarfile.open(path, "w:gz") as tar:
+        for name, payload in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    return path
+
+
+def _served_version(images, labels, workdir: str) -> str:
+    """Trains and pushes with the pipeline; returns the pushed version's folder."""
+    archive = _archive(os.path.join(workdir, "served.tar.gz"), images, labels)
+    out = os.path.join(workdir, "run")
+    command = [sys.executable, "-m", "pipeline.cli", "run", "--data", archive]
+    command += ["--output-dir", out, "--accuracy-gate", "0", "--no-cache"]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    serving = os.path.join(out, "serving", "cifar10")
+    return os.path.join(serving, newest_complete_version(serving))
+
+
+def _probabilities(model, images: np.ndarray) -> np.ndarray:
+    import tensorflow as tf
+
+    return np.concatenate(
+        [tf.nn.softmax(model.logits(tf.constant(images[i : i + 512]))).numpy()
+         for i in range(0, len(images), 512)]
+    )  # fmt: skip
+
+
+def _exchange_excess(judgement: label_agreement.Judgement, served) -> float:
+    observed = label_agreement.rates(judgement.counts)
+    expected = label_agreement.rates(served.counts)
+    excess = observed - expected
+    both = np.minimum(excess, excess.T)
+    np.fill_diagonal(both, -1.0)
+    return float(both.max())
+
+
+def _faults(labels: np.ndarray, rng) -> dict[str, np.ndarray]:
+    swapped = labels.copy()
+    swapped[labels == CAT], swapped[labels == DOG] = DOG, CAT
+    out = {"cat and dog exchanged": swapped}
+    for share in (0.10, 0.25):
+        noisy = labels.copy()
+        chosen = rng.random(len(labels)) < share
+        noisy[chosen] = rng.integers(0, NUM_CLASSES, int(chosen.sum()))
+        out[f"{share:.0%} of labels random"] = noisy
+    return out
+
+
+def measure(data: str, served_sizes: list[int], span: int, samples: int, seed: int) -> list:
+    import tensorflow as tf
+
+    arrays = sources.load_arrays(data, eval_fraction=0.1)
+    images = np.concatenate([arrays["train"][0], arrays["eval"][0]])
+    labels = np.concatenate([arrays["train"][1], arrays["eval"][1]])
+    order = np.random.default_rng(seed).permutation(len(labels))
+    images, labels = images[order], labels[order]
+    rows = []
+    for size in served_sizes:
+        with tempfile.TemporaryDirectory() as workdir:
+            started = time.time()
+            version = _served_version(images[:size], labels[:size], workdir)
+            trained = time.time() - started
+            model = tf.saved_model.load(version)
+            with open(os.path.join(version, label_agreement.REFERENCE_FILE)) as handle:
+                served = label_agreement.Reference.from_json(handle.read())
+            rng = np.random.default_rng(seed + size)
+            spans = [(f"clean {i + 1}", size + i * span) for i in range(samples)]
+            fault_start = size + samples * span
+            for name, start in spans + [("faults", fault_start)]:
+                chunk = slice(start, start + span)
+                if chunk.stop > len(labels):
+                    raise SystemExit(f"not enough unseen images for {samples} spans of {span}")
+                started = time.time()
+                probabilities = _probabilities(model, images[chunk])
+                seconds = time.time() - started
+                cases = {name: labels[chunk]} if name != "faults" else _faults(labels[chunk], rng)
+                for case, given in cases.items():
+                    ids = [str(i) for i in range(len(given))]
+                    judged = label_agreement.judge(probabilities, given, ids, served, "")
+                    rows.append({
+                        "served": size, "span": span, "case": case,
+                        "accuracy": float(np.trace(served.counts) / served.counts.sum()),
+                        "exchange": _exchange_excess(judged, served),
+                        "noise": judged.noise, "reference_noise": served.noise,
+                        "stopped": bool(judged.problems()), "score_seconds": seconds,
+                        "train_seconds": trained,
+                    })  # fmt: skip
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        f"exchange margin {label_agreement.EXCHANGE_MARGIN}, noise margin "
+        f"{label_agreement.NOISE_MARGIN}",
+        "",
+        "| served images (eval acc.) | span | labels | exchange excess | noise est. "
+        "(reference) | noise excess | stopped | scoring s |",
+        "|---|---:|---|---:|---:|---:|---|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['served']:,} ({r['accuracy']:.1%}) | {r['span']:,} | {r['case']} | "
+            f"{r['exchange']:+.3f} | {r['noise']:.3f} ({r['reference_noise']:.3f}) | "
+            f"{r['noise'] - r['reference_noise']:+.3f} | {'yes' if r['stopped'] else 'no'} | "
+            f"{r['score_seconds']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--served", type=int, action="append", help="default: 10000 and 25000")
+    parser.add_argument("--span", type=int, default=3000)
+    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    machine = detect_machine()
+    print(f"commit {commit or 'unknown'}, {machine.model} ({machine.kind}, {machine.cores} cores)")
+    rows = measure(args.data, args.served or [10000, 25000], args.span, args.samples, args.seed)
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
