@@ -7,11 +7,13 @@ measurement EXCHANGE_MARGIN and NOISE_MARGIN (components/label_agreement.py) are
 For each served size: the pipeline (`cifar10-pipeline run`, default recipe, no gate) trains
 on the first N images of the archive and pushes a version with its label reference; then
 spans drawn from the images it never saw are scored with that version (as DataValidationGate
-does) and judged: `--samples` disjoint clean spans, and one span each with cat and dog labels
-exchanged, with 10% and 25% of labels replaced at random. Prints a Markdown table: the
-largest exchange excess over all class pairs (the smaller of its two directions, minus the
-reference) and the noise estimate's excess over the reference's; a row stops the run when
-either is beyond its margin.
+does) and judged: `--samples` disjoint clean spans, and one span with cat and dog labels
+exchanged, with 10% and 25% of labels replaced at random, its images rotated, upside down,
+in BGR order, grey or noised. Prints a Markdown table: the largest exchange excess over all
+class pairs (the smaller of its two directions, minus the reference), the noise estimate's
+excess over the reference's and the representation shift (the largest per-class
+Kolmogorov-Smirnov statistic of the class probabilities against the eval split's); a row
+stops the run when one is beyond its margin.
 """
 
 from __future__ import annotations
@@ -82,6 +84,20 @@ def _exchange_excess(judgement: label_agreement.Judgement, served) -> float:
     return float(both.max())
 
 
+def _image_faults(images: np.ndarray, rng) -> dict[str, np.ndarray]:
+    """What an export bug does to images: rotated, flipped, channels swapped or dropped,
+    noise added (the labels stay right)."""
+    grey = images.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
+    noisy = images.astype(np.float32) + rng.normal(0, 12, images.shape)
+    return {
+        "rotated 90 degrees": np.rot90(images, 1, axes=(1, 2)).copy(),
+        "upside down": images[:, ::-1].copy(),
+        "BGR channel order": images[..., ::-1].copy(),
+        "grey": np.repeat(np.round(grey)[..., None], 3, -1).astype(np.uint8),
+        "Gaussian noise, sigma 12": np.clip(np.round(noisy), 0, 255).astype(np.uint8),
+    }
+
+
 def _faults(labels: np.ndarray, rng) -> dict[str, np.ndarray]:
     swapped = labels.copy()
     swapped[labels == CAT], swapped[labels == DOG] = DOG, CAT
@@ -121,17 +137,25 @@ def measure(data: str, served_sizes: list[int], span: int, samples: int, seed: i
                 started = time.time()
                 probabilities = _probabilities(model, images[chunk])
                 seconds = time.time() - started
-                cases = {name: labels[chunk]} if name != "faults" else _faults(labels[chunk], rng)
-                for case, given in cases.items():
+                cases = {name: (probabilities, labels[chunk])}
+                if name == "faults":
+                    cases = {
+                        case: (probabilities, given)
+                        for case, given in _faults(labels[chunk], rng).items()
+                    }
+                    for case, altered in _image_faults(images[chunk], rng).items():
+                        cases[case] = (_probabilities(model, altered), labels[chunk])
+                for case, (scored, given) in cases.items():
                     ids = [str(i) for i in range(len(given))]
-                    judged = label_agreement.judge(probabilities, given, ids, served, "")
+                    judged = label_agreement.judge(scored, given, ids, served, "")
                     rows.append({
                         "served": size, "span": span, "case": case,
                         "accuracy": float(np.trace(served.counts) / served.counts.sum()),
                         "exchange": _exchange_excess(judged, served),
                         "noise": judged.noise, "reference_noise": served.noise,
-                        "stopped": bool(judged.problems()), "score_seconds": seconds,
-                        "train_seconds": trained,
+                        "shift": judged.shift,
+                        "stopped": bool(judged.problems() or judged.shift_problems()),
+                        "score_seconds": seconds, "train_seconds": trained,
                     })  # fmt: skip
     return rows
 
@@ -139,18 +163,18 @@ def measure(data: str, served_sizes: list[int], span: int, samples: int, seed: i
 def table(rows: list[dict]) -> str:
     lines = [
         f"exchange margin {label_agreement.EXCHANGE_MARGIN}, noise margin "
-        f"{label_agreement.NOISE_MARGIN}",
+        f"{label_agreement.NOISE_MARGIN}, shift threshold {label_agreement.SHIFT_THRESHOLD}",
         "",
-        "| served images (eval acc.) | span | labels | exchange excess | noise est. "
-        "(reference) | noise excess | stopped | scoring s |",
-        "|---|---:|---|---:|---:|---:|---|---:|",
+        "| served images (eval acc.) | span | data | exchange excess | noise est. "
+        "(reference) | noise excess | shift (KS) | stopped | scoring s |",
+        "|---|---:|---|---:|---:|---:|---:|---|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['served']:,} ({r['accuracy']:.1%}) | {r['span']:,} | {r['case']} | "
             f"{r['exchange']:+.3f} | {r['noise']:.3f} ({r['reference_noise']:.3f}) | "
-            f"{r['noise'] - r['reference_noise']:+.3f} | {'yes' if r['stopped'] else 'no'} | "
-            f"{r['score_seconds']:.1f} |"
+            f"{r['noise'] - r['reference_noise']:+.3f} | {r['shift']:.3f} | "
+            f"{'yes' if r['stopped'] else 'no'} | {r['score_seconds']:.1f} |"
         )
     return "\n".join(lines)
 

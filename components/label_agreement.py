@@ -33,6 +33,14 @@ EXCHANGE_MARGIN = 0.25
 NOISE_MARGIN = 0.08
 # At most this many records are scored (a deterministic sample: every k-th record).
 SCORED_SAMPLE = 5000
+# Class probabilities of at most this many eval images are kept in the reference.
+REFERENCE_SAMPLE = 2000
+# The span's images look unlike the served model's eval split when a class's probabilities
+# are further apart than this (the largest Kolmogorov-Smirnov statistic over the classes;
+# docs/data-validation.md has the measured values).
+SHIFT_THRESHOLD = 0.1
+# Below this many images on either side the statistic's sampling noise nears the threshold.
+MIN_SHIFT_SAMPLE = 1000
 SUSPECTS_KEPT = 100
 
 
@@ -94,25 +102,60 @@ def suspects(
 
 @dataclasses.dataclass(frozen=True)
 class Reference:
-    """The served model on its own eval split: label-by-prediction counts and its noise
-    estimate there (what clean data looks like to it)."""
+    """The served model on its own eval split: label-by-prediction counts, its noise estimate
+    there (what clean data looks like to it), and a sample of its class probabilities there
+    (what clean images look like to it: the representation-shift baseline)."""
 
     counts: np.ndarray
     noise: float
+    sample: np.ndarray | None = None  # [n, NUM_CLASSES] probabilities; None: not kept
 
     def to_json(self) -> str:
-        return json.dumps({"confusion": self.counts.tolist(), "noise_estimate": self.noise})
+        data = {"confusion": self.counts.tolist(), "noise_estimate": self.noise}
+        if self.sample is not None:  # 4 significant digits: tiny probabilities stay apart
+            data["probabilities_sample"] = [[float(f"{v:.4g}") for v in row] for row in self.sample]
+        return json.dumps(data)
 
     @classmethod
     def from_json(cls, text: str) -> Reference:
         data = json.loads(text)
-        return cls(np.asarray(data["confusion"], np.int64), float(data["noise_estimate"]))
+        sample = data.get("probabilities_sample")
+        return cls(
+            np.asarray(data["confusion"], np.int64),
+            float(data["noise_estimate"]),
+            None if sample is None else np.asarray(sample, np.float64),
+        )
 
 
 def reference(probabilities: np.ndarray, labels: np.ndarray) -> Reference:
+    every = max(1, -(-len(labels) // REFERENCE_SAMPLE))
     return Reference(
-        confusion(labels, probabilities.argmax(axis=1)), noise_estimate(probabilities, labels)
+        confusion(labels, probabilities.argmax(axis=1)),
+        noise_estimate(probabilities, labels),
+        probabilities[::every],
     )
+
+
+def ks_statistic(a: np.ndarray, b: np.ndarray) -> float:
+    """The two-sample Kolmogorov-Smirnov statistic: the largest gap between the two
+    empirical distribution functions."""
+    a, b = np.sort(a), np.sort(b)
+    points = np.concatenate([a, b])
+    gap = np.searchsorted(a, points, side="right") / len(a) - np.searchsorted(
+        b, points, side="right"
+    ) / len(b)
+    return float(np.abs(gap).max())
+
+
+def representation_shift(probabilities: np.ndarray, served: Reference) -> tuple[float, int]:
+    """Black-box shift detection (Lipton et al. 2018; Rabanser et al., "Failing Loudly",
+    2019): the largest per-class Kolmogorov-Smirnov statistic between the served model's
+    class probabilities on the span and on its own eval split, and that class."""
+    statistics = [
+        ks_statistic(probabilities[:, k], served.sample[:, k]) for k in range(NUM_CLASSES)
+    ]
+    worst = int(np.argmax(statistics))
+    return round(statistics[worst], 4), worst
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +171,20 @@ class Judgement:
     noise: float
     reference_noise: float | None
     suspects: list[dict]
+    shift: float | None = None  # representation_shift; None: the reference keeps no sample
+    shift_class: int = 0
+    shift_skipped: str = ""  # why the shift was not measured
+
+    def shift_problems(self) -> list[str]:
+        """The images' drift as the served model sees it (overridden with --accept-drift)."""
+        if self.shift is None or self.shift <= SHIFT_THRESHOLD:
+            return []
+        return [
+            f"drift: the served model's class probabilities: Kolmogorov-Smirnov statistic "
+            f"{self.shift:.3f} > threshold {SHIFT_THRESHOLD:g} (class "
+            f"'{LABEL_NAMES[self.shift_class]}'; {self.scored:,} scored images against its own "
+            "eval split): the images look unlike the data it was trained on"
+        ]
 
     @property
     def noise_over(self) -> bool:
@@ -170,6 +227,10 @@ class Judgement:
             "noise_estimate": self.noise,
             "reference_noise_estimate": self.reference_noise,
             "noise_over": self.noise_over,
+            "shift": self.shift,
+            "shift_class": LABEL_NAMES[self.shift_class],
+            "shift_threshold": SHIFT_THRESHOLD,
+            "shift_skipped": self.shift_skipped,
             "suspects": self.suspects,
         }  # fmt: skip
 
@@ -198,7 +259,21 @@ def judge(
                     (i, j, *(round(float(x), 4) for x in (
                         observed[i, j], observed[j, i], expected[i, j], expected[j, i])))
                 )  # fmt: skip
+    shift, shift_class, shift_skipped = None, 0, "the served version keeps no sample"
+    if served is not None and served.sample is not None:
+        sizes = (len(served.sample), len(probabilities))
+        if min(sizes) < MIN_SHIFT_SAMPLE:
+            shift_skipped = (
+                f"too few images ({sizes[0]:,} of its eval split, {sizes[1]:,} scored; "
+                f"{MIN_SHIFT_SAMPLE:,} each needed)"
+            )
+        else:
+            shift, shift_class = representation_shift(probabilities, served)
+            shift_skipped = ""
     return Judgement(
+        shift=shift,
+        shift_class=shift_class,
+        shift_skipped=shift_skipped,
         scored=int(len(labels)),
         reference=reference_name,
         counts=counts,

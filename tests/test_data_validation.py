@@ -553,3 +553,39 @@ def test_labels_are_not_judged_on_drifted_images(tmp_path, served_statistics):
         "not judged: the images drifted from the served model's training data"
     )
     assert labels["noise_estimate"] > 0.3  # what would have read as wrong labels
+
+
+def _rotated(data):
+    images, labels = data
+    return np.rot90(images, 1, axes=(1, 2)).copy(), labels
+
+
+def test_images_the_served_model_sees_differently_stop_the_run_as_drift(
+    tmp_path, served_statistics
+):
+    """Rotated images keep every per-image summary (brightness, contrast, sharpness...), so
+    TFDV sees no drift; the served model's class probabilities do change (black-box shift
+    detection). It is drift: --accept-drift lets it through."""
+    serving = _served(tmp_path, served_statistics)
+    rotated = _rotated(_sample(seed=2))
+    with pytest.raises(DataValidationError) as stopped:
+        _label_gate(tmp_path, rotated, serving)
+    lines = str(stopped.value).splitlines()
+    [line] = [x for x in lines if x.startswith("  - drift: ")]
+    assert line.startswith("  - drift: the served model's class probabilities: Kolmogorov-Smirnov")
+    assert "> threshold 0.1 (class" in line and "3,000 scored images" in line
+    assert not any("feature" in x for x in lines if x.startswith("  - drift"))  # TFDV saw none
+    assert lines[-1] == "(the data drifted: --accept-drift trains on it anyway)"
+    verdict = _label_gate(tmp_path / "accepted", rotated, serving, accept_drift=True)
+    assert verdict["drift_accepted"] is True and verdict["labels"]["shift"] > 0.1
+
+
+def test_the_shift_statistic_is_kolmogorov_smirnovs():
+    from scipy import stats
+
+    from components.label_agreement import ks_statistic
+
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(0, 1, 700), rng.normal(0.3, 1.2, 500)
+    assert ks_statistic(a, b) == pytest.approx(stats.ks_2samp(a, b).statistic)
+    assert ks_statistic(a, a.copy()) == 0.0

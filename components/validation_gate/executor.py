@@ -189,8 +189,8 @@ class Executor(base_executor.BaseExecutor):
         served = input_dict.get(SERVED_MODEL_KEY) or []
         skew, drift = _comparisons(statistics, schema, served, output.uri, examples)
         problems.extend(skew.problems())
-        drifted = drift.problems()
         labels, why_not = _labels(statistics, examples, served)
+        drifted = drift.problems() + (labels.shift_problems() if labels else [])
         mislabelled = labels.problems() if labels else []
         if mislabelled and drifted:
             # On images unlike its training data the served model's disagreement says as much

@@ -58,6 +58,15 @@ def _label_lines(comparison: dict) -> list[str]:
     ]
     for pair in labels["exchanged"]:
         lines.append(f"  exchanged: {' and '.join(pair['labels'])}")
+    if labels.get("shift") is not None:
+        lines.append(
+            f"  the served model's view of the images: Kolmogorov-Smirnov {labels['shift']:.3f} "
+            f"(threshold {labels['shift_threshold']:g}, class {labels['shift_class']})"
+        )
+    elif labels.get("shift_skipped"):
+        lines.append(
+            f"  the served model's view of the images: not compared, {labels['shift_skipped']}"
+        )
     if comparison.get("labels_accepted"):
         lines.append("  ACCEPTED with --accept-labels")
     return lines
