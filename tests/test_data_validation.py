@@ -217,7 +217,9 @@ def _gate(
         inputs["examples"] = [examples]
     properties = {ACCEPT_DRIFT_KEY: int(accept_drift), "accept_labels": int(accept_labels)}
     Executor().Do(inputs, {"comparison": [comparison]}, properties)
-    return json.loads((tmp_path / "comparison" / COMPARISON_FILE).read_text())
+    verdict = json.loads((tmp_path / "comparison" / COMPARISON_FILE).read_text())
+    verdict["accepted_stops (MLMD)"] = comparison.get_string_custom_property("accepted_stops")
+    return verdict
 
 
 def test_the_pipelines_statistics_keep_exact_label_counts():
@@ -521,7 +523,7 @@ def test_many_wrong_labels_stop_the_run(tmp_path, served_statistics):
 def test_accept_labels_trains_anyway_and_records_it(tmp_path, served_statistics):
     serving = _served(tmp_path, served_statistics)
     verdict = _label_gate(tmp_path, _swapped(_sample(seed=2)), serving, accept_labels=True)
-    assert verdict["labels_accepted"] is True
+    assert verdict["labels_accepted"] is True and verdict["accepted_stops (MLMD)"] == "labels"
     assert verdict["labels"]["exchanged"][0]["labels"] == ["cat", "dog"]
     from pipeline.local.report_text import comparison_lines
 
@@ -578,6 +580,7 @@ def test_images_the_served_model_sees_differently_stop_the_run_as_drift(
     assert lines[-1] == "(the data drifted: --accept-drift trains on it anyway)"
     verdict = _label_gate(tmp_path / "accepted", rotated, serving, accept_drift=True)
     assert verdict["drift_accepted"] is True and verdict["labels"]["shift"] > 0.1
+    assert verdict["accepted_stops (MLMD)"] == "drift"
 
 
 def test_the_shift_statistic_is_kolmogorov_smirnovs():

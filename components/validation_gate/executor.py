@@ -146,6 +146,10 @@ def _domain_outliers(split: str, found, examples: list, schema) -> tuple[list[st
     return problems, kept
 
 
+# The stops this run accepted (--accept-drift, --accept-labels), comma-separated.
+ACCEPTED_PROPERTY = "accepted_stops"
+
+
 def _labels(statistics, examples: list, served: list):
     """The served model's judgement of the new records' labels, or None and why not."""
     if not examples:
@@ -208,6 +212,11 @@ class Executor(base_executor.BaseExecutor):
             "labels_accepted": bool(mislabelled) and accept_labels,
         }
         io_utils.write_string_file(os.path.join(output.uri, COMPARISON_FILE), json.dumps(verdict))
+        # In ML Metadata too, on the gate's output, which the run's model descends from.
+        accepted = [name for name, found, flag in (
+            ("drift", drifted, accept_drift), ("labels", mislabelled, accept_labels)
+        ) if found and flag]  # fmt: skip
+        output.set_string_custom_property(ACCEPTED_PROPERTY, ",".join(accepted))
         for comparison in (skew, drift):
             logging.info("%s: %s", comparison.kind, comparison.skipped or "compared")
         logging.info("labels: %s", why_not or f"{labels.scored} records scored")
