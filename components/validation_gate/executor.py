@@ -146,6 +146,51 @@ def _domain_outliers(split: str, found, examples: list, schema) -> tuple[list[st
     return problems, kept
 
 
+def _data_problems(statistics, anomalies, examples: list, schema) -> tuple[list[str], dict]:
+    """The checks of the statistics and the schema's anomalies: problem lines, and the
+    tolerated out-of-domain counts per split."""
+    problems: list[str] = []
+    for split in artifact_utils.decode_split_names(statistics.split_names):
+        stats = _statistics(statistics_file(statistics, split))
+        for dataset in stats.datasets:
+            problems.extend(statistics_problems(split, dataset))
+    outliers = {}
+    for split in artifact_utils.decode_split_names(anomalies.split_names):
+        found = anomalies_pb2.Anomalies.FromString(
+            io_utils.read_bytes_file(anomalies_file(anomalies, split))
+        )
+        too_many, outliers[split] = _domain_outliers(split, found, examples, schema)
+        problems.extend(too_many + anomaly_problems(split, found))
+    return problems, outliers
+
+
+def _stop_on(problems: list[str], drift: tuple[list[str], bool], labels: tuple[list[str], bool]):
+    """Raises with every problem, drift and label lines included unless accepted (each then
+    logged); the hint names the flag that accepts what stopped the run."""
+    (drifted, accept_drift), (mislabelled, accept_labels) = drift, labels
+    problems = list(problems)
+    for found, accepted, flag in ((drifted, accept_drift, "--accept-drift"),
+                                  (mislabelled, accept_labels, "--accept-labels")):  # fmt: skip
+        if found and accepted:
+            logging.warning("accepted (%s):\n  %s", flag, "\n  ".join(found))
+        elif found:
+            problems.extend(found)
+    if not problems:
+        return
+    hints = [
+        "\n(the data drifted: --accept-drift trains on it anyway)"
+        if drifted and not accept_drift else "",
+        "\n(the served model disagrees with the labels: --accept-labels trains on them "
+        "anyway)" if mislabelled and not accept_labels else "",
+    ]  # fmt: skip
+    only_drift = drifted and len(problems) == len(drifted) and not accept_drift
+    raise (DataDriftError if only_drift else DataValidationError)(
+        "data validation failed, training will not start:\n  - "
+        + "\n  - ".join(problems)
+        + "".join(hints)
+    )
+
+
 # The stops this run accepted (--accept-drift, --accept-labels), comma-separated.
 ACCEPTED_PROPERTY = "accepted_stops"
 
@@ -177,19 +222,8 @@ class Executor(base_executor.BaseExecutor):
             )
             logging.info("Nothing to validate: %s", reason)
             return
-        problems: list[str] = []
-        for split in artifact_utils.decode_split_names(statistics.split_names):
-            stats = _statistics(statistics_file(statistics, split))
-            for dataset in stats.datasets:
-                problems.extend(statistics_problems(split, dataset))
         schema = io_utils.SchemaReader().read(io_utils.get_only_uri_in_dir(schema_artifact.uri))
-        outliers = {}
-        for split in artifact_utils.decode_split_names(anomalies.split_names):
-            found = anomalies_pb2.Anomalies.FromString(
-                io_utils.read_bytes_file(anomalies_file(anomalies, split))
-            )
-            too_many, outliers[split] = _domain_outliers(split, found, examples, schema)
-            problems.extend(too_many + anomaly_problems(split, found))
+        problems, outliers = _data_problems(statistics, anomalies, examples, schema)
         served = input_dict.get(SERVED_MODEL_KEY) or []
         skew, drift = _comparisons(statistics, schema, served, output.uri, examples)
         problems.extend(skew.problems())
@@ -220,25 +254,7 @@ class Executor(base_executor.BaseExecutor):
         for comparison in (skew, drift):
             logging.info("%s: %s", comparison.kind, comparison.skipped or "compared")
         logging.info("labels: %s", why_not or f"{labels.scored} records scored")
-        for found, accepted, flag in ((drifted, accept_drift, "--accept-drift"),
-                                      (mislabelled, accept_labels, "--accept-labels")):  # fmt: skip
-            if found and accepted:
-                logging.warning("accepted (%s):\n  %s", flag, "\n  ".join(found))
-            elif found:
-                problems.extend(found)
-        if problems:
-            hints = [
-                "\n(the data drifted: --accept-drift trains on it anyway)"
-                if drifted and not accept_drift else "",
-                "\n(the served model disagrees with the labels: --accept-labels trains on them "
-                "anyway)" if mislabelled and not accept_labels else "",
-            ]  # fmt: skip
-            only_drift = drifted and len(problems) == len(drifted) and not accept_drift
-            raise (DataDriftError if only_drift else DataValidationError)(
-                "data validation failed, training will not start:\n  - "
-                + "\n  - ".join(problems)
-                + "".join(hints)
-            )
+        _stop_on(problems, (drifted, accept_drift), (mislabelled, accept_labels))
         logging.info(
             "Data validation passed for splits %s",
             artifact_utils.decode_split_names(statistics.split_names),
