@@ -241,6 +241,7 @@ def create_pipeline(config: PipelineConfig) -> tfx_pipeline.Pipeline:
         examples=examples,
         accept_drift=config.accept_drift,
         accept_labels=config.accept_labels,
+        accept_duplicates=config.accept_duplicates,
     )
     trainer = _trainer(config, examples, schema_gen.outputs["schema"], served_model)
     trainer.add_upstream_node(validation_gate)

@@ -178,6 +178,7 @@ def _gate(
     accept_drift=False,
     schema_proto=None,
     accept_labels=False,
+    accept_duplicates=False,
     examples=None,
     validated=False,
 ):
@@ -216,6 +217,7 @@ def _gate(
     if examples is not None:
         inputs["examples"] = [examples]
     properties = {ACCEPT_DRIFT_KEY: int(accept_drift), "accept_labels": int(accept_labels)}
+    properties["accept_duplicates"] = int(accept_duplicates)
     Executor().Do(inputs, {"comparison": [comparison]}, properties)
     verdict = json.loads((tmp_path / "comparison" / COMPARISON_FILE).read_text())
     verdict["accepted_stops (MLMD)"] = comparison.get_string_custom_property("accepted_stops")
@@ -447,11 +449,14 @@ def test_images_outside_a_summarys_domain_stop_the_run_only_beyond_a_share(tmp_p
     images, labels = _sample(seed=2)
     images = np.concatenate([images, _checkerboards(odd)])
     labels = np.concatenate([labels, np.zeros(odd, labels.dtype)])
-    data = {0: (images, labels)}
-    examples = _span_examples(tmp_path, {"train": data, "eval": data}, {0: "fingerprint-0"})
+    # The eval split: the same images but one pixel (no skew, and no exact copies).
+    nudged = images.copy()
+    nudged[:, 0, 0, 0] ^= 1
+    data, evals = {0: (images, labels)}, {0: (nudged, labels)}
+    examples = _span_examples(tmp_path, {"train": data, "eval": evals}, {0: "fingerprint-0"})
     total = f"{3000 + odd:,}"
     if odd == 1:
-        verdict = _gate(tmp_path, data[0], data[0], examples=examples, validated=True)
+        verdict = _gate(tmp_path, data[0], evals[0], examples=examples, validated=True)
         found = verdict["out_of_domain"]["train"]["image_sharpness"]
         assert found == {"count": 1, "records": 3001, "domain": [0.0, pytest.approx(0.6)]}
         assert (
@@ -460,7 +465,7 @@ def test_images_outside_a_summarys_domain_stop_the_run_only_beyond_a_share(tmp_p
         ) in comparison_lines(verdict)
         return
     with pytest.raises(DataValidationError) as stopped:
-        _gate(tmp_path, data[0], data[0], examples=examples, validated=True)
+        _gate(tmp_path, data[0], evals[0], examples=examples, validated=True)
     assert (
         f"  - split 'train', feature 'image_sharpness': 40 of {total} images outside the "
         "schema's domain [0, 0.6] (at most 0.1% are tolerated)"
@@ -592,3 +597,39 @@ def test_the_shift_statistic_is_kolmogorov_smirnovs():
     a, b = rng.normal(0, 1, 700), rng.normal(0.3, 1.2, 500)
     assert ks_statistic(a, b) == pytest.approx(stats.ks_2samp(a, b).statistic)
     assert ks_statistic(a, a.copy()) == 0.0
+
+
+def _with_copies(data, copies: int, seed: int = 0):
+    """`data` with its first `copies` images repeated (labels too) at the end."""
+    images, labels = data
+    return np.concatenate([images, images[:copies]]), np.concatenate([labels, labels[:copies]])
+
+
+@pytest.mark.parametrize("copies, stops", [(20, False), (90, True)])
+def test_more_than_one_percent_of_exact_copies_stop_the_run(tmp_path, copies, stops):
+    """A span exported twice over (the issue's "every image twice") or partly so; a few
+    copies are counted and pass, as in CIFAR-10 (no exact copy among its 50,000 images)."""
+    from pipeline.local.report_text import comparison_lines
+
+    train = _with_copies(_sample(seed=2), copies)
+    evals = (train[0][:10], train[1][:10])  # eval images that are also in train
+    examples = _span_examples(tmp_path, {"train": {0: train}, "eval": {0: evals}}, {0: "fp"})
+    total = f"{3000 + copies + 10:,}"
+    if not stops:
+        verdict = _gate(tmp_path, train, train, examples=examples)
+        assert verdict["duplicates"] == {"images": 3030, "copies": 30, "eval_in_train": 10}
+        assert (
+            f"duplicates     30 exact copies among {total} images (10 eval images also in train)"
+        ) in comparison_lines(verdict)
+        return
+    with pytest.raises(DataValidationError) as stopped:
+        _gate(tmp_path, train, train, examples=examples)
+    lines = str(stopped.value).splitlines()
+    assert (
+        f"  - duplicates: 100 of {total} images are exact copies of another image of this run "
+        "(10 eval images also in train; at most 1% accepted)"
+    ) in lines
+    assert lines[-1] == "(images repeat: --accept-duplicates trains on them anyway)"
+    verdict = _gate(tmp_path / "accepted", train, train, examples=examples, accept_duplicates=True)
+    assert verdict["duplicates_accepted"] is True
+    assert verdict["accepted_stops (MLMD)"] == "duplicates"

@@ -8,6 +8,7 @@ from tfx.types import BaseChannel, standard_artifacts
 from components.validation_gate.executor import Executor
 from components.validation_gate.spec import (
     ACCEPT_DRIFT_KEY,
+    ACCEPT_DUPLICATES_KEY,
     ACCEPT_LABELS_KEY,
     DataValidationGateSpec,
 )
@@ -33,6 +34,7 @@ class DataValidationGate(base_component.BaseComponent):
         examples: BaseChannel | None = None,
         accept_drift: bool = False,
         accept_labels: bool = False,
+        accept_duplicates: bool = False,
     ):
         super().__init__(
             spec=DataValidationGateSpec(
@@ -42,6 +44,10 @@ class DataValidationGate(base_component.BaseComponent):
                 comparison=types.Channel(type=standard_artifacts.ExampleAnomalies),
                 served_model=served_model,
                 examples=examples,
-                **{ACCEPT_DRIFT_KEY: int(accept_drift), ACCEPT_LABELS_KEY: int(accept_labels)},
+                **{
+                    ACCEPT_DRIFT_KEY: int(accept_drift),
+                    ACCEPT_LABELS_KEY: int(accept_labels),
+                    ACCEPT_DUPLICATES_KEY: int(accept_duplicates),
+                },
             )
         )

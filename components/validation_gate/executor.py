@@ -36,8 +36,11 @@ from components.validation_gate.checks import (
 from components.validation_gate.comparison import Comparison, compare
 from components.validation_gate.labels import check_labels
 from components.validation_gate.records import (
+    DUPLICATE_SHARE,
     OUT_OF_DOMAIN_TOLERANCE,
     domain_features,
+    duplicates,
+    image_hashes,
     out_of_domain,
     read_summaries,
     span_statistics,
@@ -45,6 +48,7 @@ from components.validation_gate.records import (
 )
 from components.validation_gate.spec import (
     ACCEPT_DRIFT_KEY,
+    ACCEPT_DUPLICATES_KEY,
     ACCEPT_LABELS_KEY,
     EXAMPLES_KEY,
     SERVED_MODEL_KEY,
@@ -164,13 +168,19 @@ def _data_problems(statistics, anomalies, examples: list, schema) -> tuple[list[
     return problems, outliers
 
 
-def _stop_on(problems: list[str], drift: tuple[list[str], bool], labels: tuple[list[str], bool]):
-    """Raises with every problem, drift and label lines included unless accepted (each then
-    logged); the hint names the flag that accepts what stopped the run."""
+def _stop_on(problems: list[str], drift, labels, copies):
+    """Raises with every problem, drift, label and duplicate lines included unless accepted
+    (each then logged); the hint names the flag that accepts what stopped the run. `drift`,
+    `labels`, `copies`: (lines, accepted)."""
     (drifted, accept_drift), (mislabelled, accept_labels) = drift, labels
+    (duplicated, accept_duplicates) = copies
     problems = list(problems)
-    for found, accepted, flag in ((drifted, accept_drift, "--accept-drift"),
-                                  (mislabelled, accept_labels, "--accept-labels")):  # fmt: skip
+    overridable = (
+        (drifted, accept_drift, "--accept-drift"),
+        (mislabelled, accept_labels, "--accept-labels"),
+        (duplicated, accept_duplicates, "--accept-duplicates"),
+    )
+    for found, accepted, flag in overridable:
         if found and accepted:
             logging.warning("accepted (%s):\n  %s", flag, "\n  ".join(found))
         elif found:
@@ -182,6 +192,8 @@ def _stop_on(problems: list[str], drift: tuple[list[str], bool], labels: tuple[l
         if drifted and not accept_drift else "",
         "\n(the served model disagrees with the labels: --accept-labels trains on them "
         "anyway)" if mislabelled and not accept_labels else "",
+        "\n(images repeat: --accept-duplicates trains on them anyway)"
+        if duplicated and not accept_duplicates else "",
     ]  # fmt: skip
     only_drift = drifted and len(problems) == len(drifted) and not accept_drift
     raise (DataDriftError if only_drift else DataValidationError)(
@@ -191,7 +203,26 @@ def _stop_on(problems: list[str], drift: tuple[list[str], bool], labels: tuple[l
     )
 
 
-# The stops this run accepted (--accept-drift, --accept-labels), comma-separated.
+def _duplicates(examples: list) -> tuple[dict | None, list[str]]:
+    """Exact copies among the run's train and eval images (None without the examples), and
+    the problem line when there are more than DUPLICATE_SHARE of them."""
+    if not examples:
+        return None, []
+    train, evals = (
+        image_hashes(artifact_utils.get_split_uri(examples, split))
+        for split in (TRAIN_SPLIT, EVAL_SPLIT)
+    )
+    copies = duplicates(train, evals)
+    if copies["copies"] <= DUPLICATE_SHARE * copies["images"]:
+        return copies, []
+    return copies, [
+        f"duplicates: {copies['copies']:,} of {copies['images']:,} images are exact copies of "
+        f"another image of this run ({copies['eval_in_train']:,} eval images also in train; at "
+        f"most {DUPLICATE_SHARE:.0%} accepted)"
+    ]
+
+
+# The stops this run accepted (--accept-drift, --accept-labels, --accept-duplicates).
 ACCEPTED_PROPERTY = "accepted_stops"
 
 
@@ -214,6 +245,7 @@ class Executor(base_executor.BaseExecutor):
         output = artifact_utils.get_single_instance(output_dict["comparison"])
         accept_drift = bool(exec_properties.get(ACCEPT_DRIFT_KEY, 0))
         accept_labels = bool(exec_properties.get(ACCEPT_LABELS_KEY, 0))
+        accept_duplicates = bool(exec_properties.get(ACCEPT_DUPLICATES_KEY, 0))
         examples = input_dict.get(EXAMPLES_KEY) or []
         if examples and examples[0].get_int_custom_property(NO_NEW_SPAN_PROPERTY):
             reason = examples[0].get_string_custom_property(NO_NEW_SPAN_REASON_PROPERTY)
@@ -227,6 +259,7 @@ class Executor(base_executor.BaseExecutor):
         served = input_dict.get(SERVED_MODEL_KEY) or []
         skew, drift = _comparisons(statistics, schema, served, output.uri, examples)
         problems.extend(skew.problems())
+        copies, duplicated = _duplicates(examples)
         labels, why_not = _labels(statistics, examples, served)
         drifted = drift.problems() + (labels.shift_problems() if labels else [])
         mislabelled = labels.problems() if labels else []
@@ -244,17 +277,26 @@ class Executor(base_executor.BaseExecutor):
             "labels": (labels.to_json() if labels else {}) | {"skipped": why_not},
             "accept_labels": accept_labels,
             "labels_accepted": bool(mislabelled) and accept_labels,
+            "duplicates": copies,
+            "accept_duplicates": accept_duplicates,
+            "duplicates_accepted": bool(duplicated) and accept_duplicates,
         }
         io_utils.write_string_file(os.path.join(output.uri, COMPARISON_FILE), json.dumps(verdict))
         # In ML Metadata too, on the gate's output, which the run's model descends from.
         accepted = [name for name, found, flag in (
-            ("drift", drifted, accept_drift), ("labels", mislabelled, accept_labels)
+            ("drift", drifted, accept_drift), ("labels", mislabelled, accept_labels),
+            ("duplicates", duplicated, accept_duplicates),
         ) if found and flag]  # fmt: skip
         output.set_string_custom_property(ACCEPTED_PROPERTY, ",".join(accepted))
         for comparison in (skew, drift):
             logging.info("%s: %s", comparison.kind, comparison.skipped or "compared")
         logging.info("labels: %s", why_not or f"{labels.scored} records scored")
-        _stop_on(problems, (drifted, accept_drift), (mislabelled, accept_labels))
+        _stop_on(
+            problems,
+            (drifted, accept_drift),
+            (mislabelled, accept_labels),
+            (duplicated, accept_duplicates),
+        )
         logging.info(
             "Data validation passed for splits %s",
             artifact_utils.decode_split_names(statistics.split_names),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 
-from components.contract import IMAGE_SUMMARY_FEATURES, LABEL_KEY, RECORD_ID_KEY
+from components.contract import IMAGE_KEY, IMAGE_SUMMARY_FEATURES, LABEL_KEY, RECORD_ID_KEY
 from components.validation_gate.comparison import statistics_options
 
 _BATCH = 4096
@@ -84,3 +84,35 @@ def out_of_domain(frame, schema: schema_pb2.Schema, features: list[str]) -> dict
 
 def tolerated(count: int, records: int) -> bool:
     return count <= max(1, int(OUT_OF_DOMAIN_TOLERANCE * records))
+
+
+# More exact copies than this share of a run's images stop it (the shared 50,000 CIFAR-10
+# training images have none).
+DUPLICATE_SHARE = 0.01
+
+
+def image_hashes(split_uri: str) -> list[bytes]:
+    """A digest of each record's pixels in a split folder, in file order."""
+    import hashlib
+
+    import tensorflow as tf
+
+    spec = {IMAGE_KEY: tf.io.FixedLenFeature([], tf.string)}
+    files = tf.io.gfile.glob(f"{split_uri}/*")
+    records = tf.data.TFRecordDataset(files, compression_type="GZIP").batch(_BATCH)
+    found: list[bytes] = []
+    for batch in records.map(lambda b: tf.io.parse_example(b, spec)):
+        found.extend(hashlib.sha1(image).digest()[:12] for image in batch[IMAGE_KEY].numpy())
+    return found
+
+
+def duplicates(train: list[bytes], evals: list[bytes]) -> dict[str, int]:
+    """Exact copies among a run's images: `copies`, images beyond the first of each set of
+    identical ones (across both splits); `eval_in_train`, eval images with a copy in train."""
+    every = train + evals
+    seen = set(train)
+    return {
+        "images": len(every),
+        "copies": len(every) - len(set(every)),
+        "eval_in_train": sum(1 for digest in evals if digest in seen),
+    }

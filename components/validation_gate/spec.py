@@ -8,6 +8,7 @@ from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionP
 
 ACCEPT_DRIFT_KEY = "accept_drift"
 ACCEPT_LABELS_KEY = "accept_labels"
+ACCEPT_DUPLICATES_KEY = "accept_duplicates"
 SERVED_MODEL_KEY = "served_model"
 EXAMPLES_KEY = "examples"
 
@@ -19,6 +20,9 @@ class DataValidationGateSpec(ComponentSpec):
         # 1: labels the served model disagrees with are recorded and the run goes on
         # (--accept-labels).
         ACCEPT_LABELS_KEY: ExecutionParameter(type=int, optional=True),
+        # 1: more exact copies among the images than the limit are recorded and the run goes
+        # on (--accept-duplicates).
+        ACCEPT_DUPLICATES_KEY: ExecutionParameter(type=int, optional=True),
     }
     INPUTS = {
         "statistics": ChannelParameter(type=standard_artifacts.ExampleStatistics),

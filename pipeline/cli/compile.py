@@ -84,6 +84,7 @@ def _shared_compile_settings(args: argparse.Namespace) -> dict:
         "max_regression": args.max_regression,
         "accept_drift": args.accept_drift,
         "accept_labels": args.accept_labels,
+        "accept_duplicates": args.accept_duplicates,
     }
 
 

@@ -31,6 +31,7 @@ def _prepared(args: argparse.Namespace, output_dir: Path):
         max_regression=args.max_regression,
         accept_drift=args.accept_drift,
         accept_labels=args.accept_labels,
+        accept_duplicates=args.accept_duplicates,
         force=args.force,
         enable_cache=not args.no_cache,
         beam_args=tuple(args.beam_arg),

@@ -136,6 +136,12 @@ def add_gate_args(parser: argparse.ArgumentParser) -> None:
         help="train even if the served model disagrees with the new labels (exchanged "
         "classes, many wrong labels; recorded in the run summary)",
     )
+    group.add_argument(
+        "--accept-duplicates",
+        action="store_true",
+        help="train even if more than 1%% of the images are exact copies of another "
+        "(recorded in the run summary)",
+    )
 
 
 def wrote(verb: str, write: Callable[[], Path], refused: type[Exception]) -> int:

@@ -32,6 +32,13 @@ def comparison_lines(comparison: dict | None) -> list[str]:
             names = ", ".join(d["feature"] for d in over)
             lines.append(f"  ACCEPTED with --accept-drift: {names}")
     lines += _label_lines(comparison)
+    copies = comparison.get("duplicates")
+    if copies:
+        lines.append(
+            f"{'duplicates':<15}{copies['copies']:,} exact copies among {copies['images']:,} "
+            f"images ({copies['eval_in_train']:,} eval images also in train)"
+            + (", ACCEPTED with --accept-duplicates" if comparison["duplicates_accepted"] else "")
+        )
     for split, features in comparison.get("out_of_domain", {}).items():
         for name, found in features.items():
             low, high = found["domain"]

@@ -92,6 +92,9 @@ class PipelineConfig:
     # labels beyond the reference's) are recorded and the run trains anyway (--accept-labels);
     # off, they stop the run before training.
     accept_labels: bool = False
+    # More exact copies among the images than the gate's limit are recorded and the run
+    # trains anyway (--accept-duplicates); off, they stop it.
+    accept_duplicates: bool = False
     # With span folders under source_uri: the span to train on (-1: the newest), a rolling
     # window of the newest `span_window` up to it, and `force` to train although the served
     # model already saw that span. `span_parameters`: compiled as runtime parameters (span,
