@@ -17,12 +17,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("span_runs")]
 
 
 def span_two(path):
-    """The tiny archive's records in swapped batch files: new bytes (a new fingerprint) and
-    the same distribution, so drift stays quiet."""
+    """The tiny archive's records, each image one pixel off, in swapped batch files: new bytes
+    (a new fingerprint), no exact copy of a span-1 image (the gate stops a window of exact
+    copies), and the same distribution, so drift stays quiet."""
     members = {}
     for seed, name in ((1, 2), (2, 1)):
         labels = fx.balanced_labels(60, seed=seed)
-        members[f"cifar-10-batches-bin/data_batch_{name}.bin"] = fx.binary_batch(labels, seed)
+        images = fx.make_images(labels, seed)
+        images[:, 0, 0, 0] ^= 1
+        members[f"cifar-10-batches-bin/data_batch_{name}.bin"] = fx.binary_records(images, labels)
     path.parent.mkdir(parents=True, exist_ok=True)
     return fx.write_tar(path, members)
 
