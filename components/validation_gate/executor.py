@@ -74,24 +74,24 @@ def served_statistics(served: list) -> tuple[str, str | None]:
     return f"the training data of served version {state.version}", path
 
 
-def unseen_spans(examples: list, served: list) -> tuple[list[int], list[int]]:
-    """(the window's spans the served version was not trained on, the whole window): a span
-    is seen when the served version recorded it with the same fingerprint."""
+def new_spans(examples: list, served: list) -> list[int] | None:
+    """The window's spans the served version was not trained on (a span is seen when it
+    recorded it with the same fingerprint), when it was trained on the others; None when the
+    whole train split is new (or all of it was seen: a forced run)."""
     if not examples or not served:
-        return [], []
+        return None
     window = read_spans_record(os.path.join(examples[0].uri, SERVED_SPANS_FILE))
     state = load_served_state(served[0].uri)
     seen_spans = state.spans if state is not None else {}
-    return sorted(n for n, print_ in window.items() if seen_spans.get(n) != print_), sorted(window)
+    unseen = sorted(n for n, print_ in window.items() if seen_spans.get(n) != print_)
+    return unseen if unseen and len(unseen) < len(window) else None
 
 
-def _drift_side(statistics, schema, examples: list, served: list):
+def _drift_side(train, schema, examples: list, unseen: list[int] | None):
     """(statistics, name) of what drift compares: the train split, or, when the served model
     was trained on part of the window (`--spans K`), only the spans it has not seen, so the
     seen ones cannot dilute a change."""
-    train = _statistics(statistics_file(statistics, TRAIN_SPLIT))
-    unseen, window = unseen_spans(examples, served)
-    if not unseen or len(unseen) == len(window):
+    if unseen is None:
         return train, "this run's train split"
     split_uri = artifact_utils.get_split_uri(examples, TRAIN_SPLIT)
     named = ", ".join(map(str, unseen))
@@ -102,11 +102,10 @@ def _drift_side(statistics, schema, examples: list, served: list):
     )
 
 
-def _comparisons(statistics, schema, served: list, output_uri: str, examples: list):
+def _comparisons(statistics, train, schema, served: list, output_uri: str, examples, unseen):
     """Skew of the eval split against the train split; drift of the new data (_drift_side)
     against the served version's training data, whose statistics are copied into the
     output."""
-    train = _statistics(statistics_file(statistics, TRAIN_SPLIT))
     evals = _statistics(statistics_file(statistics, EVAL_SPLIT))
     skew = compare(
         "skew", evals, train, schema, ("this run's eval split", "this run's train split")
@@ -119,7 +118,7 @@ def _comparisons(statistics, schema, served: list, output_uri: str, examples: li
         io_utils.write_bytes_file(
             os.path.join(output_uri, SERVED_STATISTICS_FILE), served_stats.SerializeToString()
         )
-        new, name = _drift_side(statistics, schema, examples, served)
+        new, name = _drift_side(train, schema, examples, unseen)
         drift = compare("drift", new, served_stats, schema, (name, baseline))
     return skew, drift
 
@@ -226,15 +225,12 @@ def _duplicates(examples: list) -> tuple[dict | None, list[str]]:
 ACCEPTED_PROPERTY = "accepted_stops"
 
 
-def _labels(statistics, examples: list, served: list):
+def _labels(train, examples: list, served: list, unseen: list[int] | None):
     """The served model's judgement of the new records' labels, or None and why not."""
     if not examples:
         return None, "no examples given to the gate"
-    train = _statistics(statistics_file(statistics, TRAIN_SPLIT))
     records = train.datasets[0].num_examples if train.datasets else 0
-    unseen, window = unseen_spans(examples, served)
-    spans = unseen if unseen and len(unseen) < len(window) else None
-    return check_labels(examples, served, records, spans)
+    return check_labels(examples, served, records, unseen)
 
 
 class Executor(base_executor.BaseExecutor):
@@ -257,10 +253,12 @@ class Executor(base_executor.BaseExecutor):
         schema = io_utils.SchemaReader().read(io_utils.get_only_uri_in_dir(schema_artifact.uri))
         problems, outliers = _data_problems(statistics, anomalies, examples, schema)
         served = input_dict.get(SERVED_MODEL_KEY) or []
-        skew, drift = _comparisons(statistics, schema, served, output.uri, examples)
+        train = _statistics(statistics_file(statistics, TRAIN_SPLIT))
+        unseen = new_spans(examples, served)  # read once: drift and labels judge these
+        skew, drift = _comparisons(statistics, train, schema, served, output.uri, examples, unseen)
         problems.extend(skew.problems())
         copies, duplicated = _duplicates(examples)
-        labels, why_not = _labels(statistics, examples, served)
+        labels, why_not = _labels(train, examples, served, unseen)
         drifted = drift.problems() + (labels.shift_problems() if labels else [])
         mislabelled = labels.problems() if labels else []
         if mislabelled and drifted:
