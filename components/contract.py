@@ -97,6 +97,9 @@ SAVED_MODEL_FILE = "saved_model.pb"
 # comparisons it made (JSON) and a copy of the served statistics it compared with.
 SERVED_STATISTICS_FILE = "training_statistics.pb"
 COMPARISON_FILE = "comparison.json"
+# In the Evaluator's evaluation: the candidate's and the served model's accuracy per class on
+# the served version's reference images (components/reference_images.py), JSON.
+REFERENCE_CHECK_FILE = "reference_classes.json"
 # The spans (number -> content fingerprint) a run ingested: written by the ExampleGen into its
 # Examples artifact, kept by the Pusher beside saved_model.pb; span 0 is a plain source.
 SERVED_SPANS_FILE = "training_spans.json"

@@ -251,6 +251,7 @@ def create_pipeline(config: PipelineConfig) -> tfx_pipeline.Pipeline:
         baseline_model=served_model,
         example_splits=[EVAL_SPLIT],
         eval_config=eval_config(config.accuracy_gate, config.max_regression),
+        max_class_drop=config.max_class_drop,
     ).with_id(EVALUATOR_NODE)
     pusher = _pusher(
         config,

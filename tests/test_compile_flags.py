@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from components import stack
+from components.reference_images import MAX_CLASS_DROP
 from pipeline import cli
 from pipeline.common import kfp_platform
 from pipeline.kfp_ir import UNCACHED_TASKS
@@ -158,7 +159,9 @@ def _compiled(tmp_path_factory, name: str, args: list[str]) -> dict:
 @pytest.fixture(scope="module")
 def kubeflow_no_cache(tmp_path_factory):
     return _compiled(
-        tmp_path_factory, "kubeflow-flags", [*KUBEFLOW, "--no-cache", "--accept-labels"]
+        tmp_path_factory,
+        "kubeflow-flags",
+        [*KUBEFLOW, "--no-cache", "--accept-labels", "--max-class-drop", "0.3"],
     )
 
 
@@ -208,3 +211,10 @@ def test_both_targets_compile_the_gates_overrides(kubeflow_no_cache, vertex_with
         gate = spec["root"]["dag"]["tasks"]["DataValidationGate"]["inputs"]["parameters"]
         assert gate["accept_labels"]["runtimeValue"]["constant"] == accepted
         assert gate["accept_drift"]["runtimeValue"]["constant"] == 0
+
+
+def test_both_targets_compile_the_evaluators_class_margin(kubeflow_no_cache, vertex_with_beam_arg):
+    """--max-class-drop (and its default) reach the Evaluator's parameters."""
+    for spec, margin in ((kubeflow_no_cache, 0.3), (vertex_with_beam_arg, MAX_CLASS_DROP)):
+        evaluator = spec["root"]["dag"]["tasks"]["Evaluator"]["inputs"]["parameters"]
+        assert evaluator["max_class_drop"]["runtimeValue"]["constant"] == margin

@@ -141,8 +141,8 @@ def test_a_different_network_trains_from_scratch_and_says_why(spans_run, tmp_pat
     shutil.copytree(out / "serving", copy / "serving")  # the served versions only
     done = cli(
         "run", "--data", root, "--output-dir", copy, "--accuracy-gate", "0",
-        "--max-regression", "1", "--force", "--warm-start", "--model", "seed_cnn",
-        "--epochs", "1", "--precision", "float32",
+        "--max-regression", "1", "--max-class-drop", "1", "--force", "--warm-start",
+        "--model", "seed_cnn", "--epochs", "1", "--precision", "float32",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     facts = _summary(copy)

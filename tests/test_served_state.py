@@ -106,9 +106,11 @@ def _evaluate(monkeypatch, tmp_path, baseline_artifact):
     candidate = standard_artifacts.Model()
     candidate.uri = str(tmp_path / "candidate")
     examples = standard_artifacts.Examples()
+    evaluation, blessing = standard_artifacts.ModelEvaluation(), standard_artifacts.ModelBlessing()
+    evaluation.uri, blessing.uri = str(tmp_path / "evaluation"), str(tmp_path / "blessing")
     served_state.EvaluatorExecutor().Do(
         {"model": [candidate], "baseline_model": [baseline_artifact], "examples": [examples]},
-        {},
+        {"evaluation": [evaluation], "blessing": [blessing]},
         {},
     )
     return received

@@ -2,6 +2,7 @@
 
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
+from tfx.types.standard_component_specs import EvaluatorSpec
 
 SERVING_MODEL_DIR_KEY = "serving_model_dir"
 # What the local runner read from the serving folder just before the run (the served
@@ -19,3 +20,15 @@ class ServedStateSpec(ComponentSpec):
     }
     INPUTS = {}
     OUTPUTS = {SERVED_MODEL_KEY: ChannelParameter(type=standard_artifacts.Model)}
+
+
+# How far a class's accuracy on the served version's reference images may fall
+# (components/reference_images.py).
+MAX_CLASS_DROP_KEY = "max_class_drop"
+
+
+class ServedBaselineEvaluatorSpec(EvaluatorSpec):
+    PARAMETERS = {
+        **EvaluatorSpec.PARAMETERS,
+        MAX_CLASS_DROP_KEY: ExecutionParameter(type=float, optional=True),
+    }

@@ -21,8 +21,9 @@ from __future__ import annotations
 import os
 
 import numpy as np
+from absl import logging
 
-from components import label_agreement, object_store
+from components import label_agreement, object_store, reference_images
 from components.contract import (
     CLASSES_KEY,
     EXAMPLES_INPUT,
@@ -258,3 +259,24 @@ def write_label_reference(
     tf.io.gfile.makedirs(os.path.dirname(path))
     with tf.io.gfile.GFile(path, "w") as handle:
         handle.write(found.to_json())
+
+
+def write_reference_images(
+    base_model: str | None, images: tf.Tensor, labels: tf.Tensor, export_dir: str
+) -> None:
+    """The reference images (components/reference_images.py) into the export's assets.extra/:
+    the served version's set (`base_model`, when it keeps one), filled up with this run's eval
+    images. An unreadable served set is replaced by a new one, with a warning."""
+    kept = None
+    served = os.path.join(base_model, reference_images.REFERENCE_FILE) if base_model else ""
+    if served and tf.io.gfile.exists(served):
+        try:
+            with tf.io.gfile.GFile(served, "rb") as handle:
+                kept = reference_images.from_bytes(handle.read(), served)
+        except ValueError as err:
+            logging.warning("Starting a new reference image set: %s", err)
+    grown = reference_images.grow(kept, images.numpy(), labels.numpy())
+    path = os.path.join(export_dir, reference_images.REFERENCE_FILE)
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    with tf.io.gfile.GFile(path, "wb") as handle:
+        handle.write(reference_images.to_bytes(grown))

@@ -65,6 +65,9 @@ def run_fn(fn_args: FnArgs) -> None:
                 serving_network, fn_args.serving_model_dir, run.recipe.test_time_augmentation
             )
             export.write_label_reference(serving_network, *split["eval"], fn_args.serving_model_dir)
+            export.write_reference_images(
+                fn_args.base_model, *split["eval"], fn_args.serving_model_dir
+            )
             if source is not None:
                 warm_start.record_lineage(fn_args.serving_model_dir, source)
         export_seconds = time.time() - export_started

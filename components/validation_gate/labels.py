@@ -13,13 +13,11 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from components import label_agreement
+from components import label_agreement, model_scoring
 from components.contract import (
-    EXAMPLES_SIGNATURE,
     IMAGE_KEY,
     IMAGE_SHAPE,
     LABEL_KEY,
-    PROBABILITIES_KEY,
     RECORD_ID_KEY,
     TRAIN_SPLIT,
 )
@@ -27,7 +25,6 @@ from components.served_versions import load_served_state
 
 # Fewer scored records than this say more about the sample than about the labels.
 MIN_SCORED = 500
-_BATCH = 512
 
 
 def _sample(split_uri: str, every: int, spans: list[int] | None):
@@ -69,23 +66,6 @@ def _sample(split_uri: str, every: int, spans: list[int] | None):
     )
 
 
-def score(model_dir: str, serialized: np.ndarray, images: np.ndarray) -> np.ndarray:
-    """Class probabilities by the SavedModel in `model_dir`: its one-view `logits` function,
-    or, for a model exported without it, its tf.Example signature."""
-    loaded = tf.saved_model.load(model_dir)
-    logits_fn = getattr(loaded, "logits", None)
-    out = []
-    for start in range(0, len(images), _BATCH):
-        if logits_fn is not None:
-            logits = logits_fn(tf.constant(images[start : start + _BATCH]))
-            out.append(tf.nn.softmax(tf.cast(logits, tf.float32)).numpy())
-        else:
-            batch = tf.constant(list(serialized[start : start + _BATCH]))
-            signature = loaded.signatures[EXAMPLES_SIGNATURE]
-            out.append(signature(examples=batch)[PROBABILITIES_KEY].numpy())
-    return np.concatenate(out) if out else np.zeros((0, 10), np.float32)
-
-
 def check_labels(
     examples: list, served: list, train_records: int, spans: list[int] | None
 ) -> tuple[label_agreement.Judgement | None, str]:
@@ -110,5 +90,5 @@ def check_labels(
             f"served version {state.version} keeps no reference: judged against "
             f"{label_agreement.DEFAULT_CONFUSION:.0%} confusion"
         )
-    probabilities = score(model_dir, serialized, images)
+    probabilities = model_scoring.probabilities(model_dir, images, serialized)
     return label_agreement.judge(probabilities, labels, ids, reference, name), ""

@@ -82,6 +82,7 @@ def _shared_compile_settings(args: argparse.Namespace) -> dict:
         "eval_fraction": args.eval_fraction,
         "accuracy_gate": args.accuracy_gate,
         "max_regression": args.max_regression,
+        "max_class_drop": args.max_class_drop,
         "accept_drift": args.accept_drift,
         "accept_labels": args.accept_labels,
         "accept_duplicates": args.accept_duplicates,

@@ -29,6 +29,7 @@ def _prepared(args: argparse.Namespace, output_dir: Path):
         eval_fraction=args.eval_fraction,
         accuracy_gate=args.accuracy_gate,
         max_regression=args.max_regression,
+        max_class_drop=args.max_class_drop,
         accept_drift=args.accept_drift,
         accept_labels=args.accept_labels,
         accept_duplicates=args.accept_duplicates,

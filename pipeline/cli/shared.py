@@ -125,6 +125,13 @@ def add_gate_args(parser: argparse.ArgumentParser) -> None:
         help="how far accuracy may fall below the baseline model (default: %(default)s)",
     )
     group.add_argument(
+        "--max-class-drop",
+        type=float,
+        default=_default(PipelineConfig, "max_class_drop"),
+        help="how far one class's accuracy on the served version's reference images may "
+        "fall below the served model's (default: %(default)s)",
+    )
+    group.add_argument(
         "--accept-drift",
         action="store_true",
         help="train even if the data drifted from what the served model was trained on "

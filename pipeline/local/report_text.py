@@ -125,6 +125,8 @@ def render(summary: RunSummary) -> str:
                     for label, value in sorted(evaluation.per_class_accuracy.items())
                 )
             )
+    if evaluation is not None and evaluation.reference:
+        lines.append(f"reference      {evaluation.reference}")
     if summary.blessed is not None:
         lines.append(f"gate           {'BLESSED' if summary.blessed else 'NOT BLESSED'}")
         for failure in evaluation.gate_failures if evaluation else []:

@@ -25,9 +25,11 @@ from components.contract import (
     EXAMPLE_GEN_NODE,
     EXAMPLE_VALIDATOR_NODE,
     HISTORY_FILE,
+    LABEL_NAMES,
     NO_NEW_SPAN_PROPERTY,
     NUM_CLASSES,
     PUSHER_NODE,
+    REFERENCE_CHECK_FILE,
     SERVED_SPANS_FILE,
     STATISTICS_NODE,
     TRAIN_SPLIT,
@@ -54,6 +56,9 @@ class Evaluation:
     per_class_eval_records: dict[int, int]
     confusion_matrix: list[list[int]]  # [true class][predicted class] -> eval records
     gate_failures: list[str]
+    # The per-class check on the served version's reference images, in words (None: no
+    # served model to compare with).
+    reference: str | None = None
 
 
 @dataclass(frozen=True)
@@ -197,7 +202,36 @@ def evaluation_facts(evaluation_uri: str) -> Evaluation:
                 f" = {failure.metric_value.double_value.value:.4f} fails {failure.message or ''}"
                 f"{_threshold_text(failure.metric_threshold)}"
             )
-    return Evaluation(overall, baseline, per_class, per_class_records, confusion, failures)
+    reference, problems = reference_facts(evaluation_uri)
+    return Evaluation(
+        overall, baseline, per_class, per_class_records, confusion, failures + problems, reference
+    )
+
+
+def reference_facts(evaluation_uri: str) -> tuple[str | None, list[str]]:
+    """(one line on the per-class check on the served version's reference images, the
+    classes that fell too far) from the Evaluator's REFERENCE_CHECK_FILE."""
+    found = _read_json(os.path.join(evaluation_uri, REFERENCE_CHECK_FILE))
+    if found is None:
+        return None, []
+    if "not_checked" in found:
+        return f"not checked: {found['not_checked']}", []
+    drops = [
+        (served - candidate, label)
+        for label, (served, candidate) in enumerate(zip(found["served"], found["candidate"]))
+        if served is not None and candidate is not None
+    ]
+    if not drops:
+        return f"no class with enough of the {found['images']:,} images", []
+    drop, label = max(drops)
+    where = f"on the served version's {found['images']:,} reference images"
+    if drop <= 0:
+        return f"no class below the served model {where}", []
+    return (
+        f"{LABEL_NAMES[label]} {drop * 100:.1f} points below the served model {where} "
+        f"(blocks above {found['max_drop'] * 100:.0f})",
+        list(found.get("problems", [])),
+    )
 
 
 def confusion_matrix(plots) -> tuple[list[list[int]], list[int]]:

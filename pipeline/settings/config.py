@@ -7,6 +7,7 @@ import importlib.resources
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from components.reference_images import MAX_CLASS_DROP
 from components.trainer.config import TrainingConfig
 
 # The curated schema, as installed package data (data/ in the source tree).
@@ -85,6 +86,9 @@ class PipelineConfig:
     # A new model may trail the last blessed one by at most this much accuracy:
     # retraining with another seed moves accuracy by a few tenths of a point.
     max_regression: float = 0.005
+    # On the served version's reference images, a class's accuracy may fall by at most
+    # this much (components/reference_images.py; --max-class-drop).
+    max_class_drop: float = MAX_CLASS_DROP
     # Drift from the served model's training data beyond the schema's thresholds is recorded
     # and the run trains anyway (--accept-drift); off, it stops the run before training.
     accept_drift: bool = False

@@ -1,0 +1,153 @@
+"""How far a class's accuracy on the served version's reference images falls when the pipeline
+trains the next version on a clean span and on a faulty one: the measurement MAX_CLASS_DROP
+(components/reference_images.py) is set from.
+
+    python -m benchmarks.class_drop --data cifar-10-binary-train.tar.gz \
+        [--served 10000 --served 25000] [--span 4000] [--samples 3]
+
+For each served size: the pipeline trains on the first N images of the (shuffled) archive as
+span 1 and pushes a version with its reference images. Then, for each case, a span 2 of
+images that version never saw arrives and the nightly command (`run --warm-start`, every
+stop accepted) fine-tunes a candidate on it; its Evaluator scores the candidate and the
+served model on the served version's reference images. Cases: `--samples` disjoint clean
+spans; cat and dog labels exchanged; 25% of labels replaced at random; images rotated 90
+degrees. Prints the largest fall of one class (served minus candidate accuracy) and the class,
+as a Markdown table. Candidates are never pushed (accuracy gate 1), so each one is judged
+against the same served version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from benchmarks.bench_docs import detect_machine
+from benchmarks.label_thresholds import CAT, DOG, _archive
+from components import reference_images
+from components.cifar10_example_gen import sources
+from components.contract import LABEL_NAMES, NUM_CLASSES, REFERENCE_CHECK_FILE
+
+
+def _run(data_dir: str, out: str, *extra: str) -> int:
+    command = [sys.executable, "-m", "pipeline.cli", "run", "--data", data_dir]
+    command += ["--output-dir", out, "--no-cache", *extra]
+    return subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+
+
+def _cases(images, labels, rng) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    swapped = labels.copy()
+    swapped[labels == CAT], swapped[labels == DOG] = DOG, CAT
+    noisy = labels.copy()
+    chosen = rng.random(len(labels)) < 0.25
+    noisy[chosen] = rng.integers(0, NUM_CLASSES, int(chosen.sum()))
+    return {
+        "cat and dog exchanged": (images, swapped),
+        "25% of labels random": (images, noisy),
+        "rotated 90 degrees": (np.rot90(images, 1, axes=(1, 2)).copy(), labels),
+    }
+
+
+def _newest_check(out: str) -> dict:
+    found = glob.glob(os.path.join(out, "**", REFERENCE_CHECK_FILE), recursive=True)
+    if not found:
+        raise SystemExit(f"no {REFERENCE_CHECK_FILE} under {out}: did the Evaluator run?")
+    with open(max(found, key=os.path.getmtime)) as handle:
+        return json.load(handle)
+
+
+def measure(data: str, served_sizes: list[int], span: int, samples: int, seed: int) -> list:
+    arrays = sources.load_arrays(data, eval_fraction=0.1)
+    images = np.concatenate([arrays["train"][0], arrays["eval"][0]])
+    labels = np.concatenate([arrays["train"][1], arrays["eval"][1]])
+    order = np.random.default_rng(seed).permutation(len(labels))
+    images, labels = images[order], labels[order]
+    rows = []
+    for size in served_sizes:
+        with tempfile.TemporaryDirectory() as workdir:
+            served = os.path.join(workdir, "span-1.tar.gz")
+            _archive(served, images[:size], labels[:size])
+            out = os.path.join(workdir, "out")
+            first = os.path.join(workdir, "data-0")
+            os.makedirs(os.path.join(first, "span-1"))
+            os.symlink(served, os.path.join(first, "span-1", "data.tar.gz"))
+            if _run(first, out, "--accuracy-gate", "0") != 0:
+                raise SystemExit(f"the served model ({size:,} images) was not pushed")
+            rng = np.random.default_rng(seed + size)
+            chunks = [(f"clean {i + 1}", size + i * span, None) for i in range(samples)]
+            start = size + samples * span
+            for case in ("cat and dog exchanged", "25% of labels random", "rotated 90 degrees"):
+                chunks.append((case, start, case))
+                start += span
+            for number, (name, begin, fault) in enumerate(chunks, 1):
+                chunk = slice(begin, begin + span)
+                if chunk.stop > len(labels):
+                    raise SystemExit(f"not enough unseen images for the spans of {span:,}")
+                given_images, given = images[chunk], labels[chunk]
+                if fault:
+                    given_images, given = _cases(given_images, given, rng)[fault]
+                data_dir = os.path.join(workdir, f"data-{number}")
+                os.makedirs(os.path.join(data_dir, "span-2"))
+                os.symlink(os.path.join(first, "span-1"), os.path.join(data_dir, "span-1"))
+                _archive(os.path.join(data_dir, "span-2", "data.tar.gz"), given_images, given)
+                accept = ("--accept-labels", "--accept-drift", "--accept-duplicates")
+                status = _run(data_dir, out, "--warm-start", "--accuracy-gate", "1", *accept)
+                if status != 4:  # not blessed: nothing pushed, the next case sees the same
+                    raise SystemExit(f"case {name}: the run ended with exit status {status}")
+                check = _newest_check(out)
+                falls = [
+                    (s - c, label)
+                    for label, (s, c) in enumerate(zip(check["served"], check["candidate"]))
+                    if s is not None and c is not None
+                ]
+                drop, label = max(falls)
+                rows.append({
+                    "served": size, "span": span, "case": name, "images": check["images"],
+                    "drop": drop, "class": LABEL_NAMES[label],
+                    "blocked": drop > reference_images.MAX_CLASS_DROP,
+                })  # fmt: skip
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        f"margin (largest fall allowed) {reference_images.MAX_CLASS_DROP}",
+        "",
+        "| served images | span | candidate trained on | reference images | largest class "
+        "fall | class | blocked |",
+        "|---:|---:|---|---:|---:|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['served']:,} | {r['span']:,} | {r['case']} | {r['images']:,} | "
+            f"{r['drop'] * 100:+.1f} points | {r['class']} | {'yes' if r['blocked'] else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--served", type=int, action="append", help="default: 10000 and 25000")
+    parser.add_argument("--span", type=int, default=4000)
+    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    machine = detect_machine()
+    print(f"commit {commit or 'unknown'}, {machine.model} ({machine.kind}, {machine.cores} cores)")
+    rows = measure(args.data, args.served or [10000, 25000], args.span, args.samples, args.seed)
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
