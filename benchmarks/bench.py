@@ -14,7 +14,11 @@
     training FLOPs to 84% eval accuracy, from its epochs' validation and the Evaluator;
 (d) CPU serving latency and throughput of the model it pushed, and of every recipe's
     exported network with its test-time augmentation (latency does not depend on the
-    weights, so an untrained export of each recipe stands in for a trained one).
+    weights, so an untrained export of each recipe stands in for a trained one);
+(e) what the model-aware checks cost on the run's data, with the version it pushed as the
+    served model: the gate's label check (a sample scored, judged, the shift statistic),
+    its exact-copy hashing of both splits, and the Evaluator's scoring of two models on the
+    reference images; what a next night with a served model adds to the pipeline.
 
 Prints one table and writes it, with the raw figures, to <output-dir>/bench.json. A bench
 whose pipeline ran and passed also writes its figures into docs/performance.md, in this CPU
@@ -237,6 +241,55 @@ def pipeline_run(source: str, output_dir: Path, extra: list[str]) -> dict:
     }
 
 
+def model_checks(serving_dir: Path, summary: RunSummary, scratch: Path) -> dict:
+    """(e): each model-aware check, timed, on the run's artifacts, as the next run's gate
+    and Evaluator would run them with this run's version served."""
+    from tfx.types import artifact_utils, standard_artifacts
+
+    from components.reference_images import MAX_CLASS_DROP
+    from components.served_state import executor as served_state
+    from components.validation_gate import labels, records
+
+    examples = standard_artifacts.Examples()
+    examples.uri = summary.artifacts["examples"]
+    examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
+    served = standard_artifacts.Model()
+    served.uri = str(scratch / "served")
+    serving = {"serving_model_dir": str(serving_dir)}
+    served_state.Executor().Do({}, {"served_model": [served]}, serving)
+    started = time.time()
+    judgement, why = labels.check_labels(
+        [examples], [served], summary.record_counts.get("train", 0), None
+    )
+    label_seconds = time.time() - started
+    started = time.time()
+    copies = records.duplicates(
+        *(records.image_hashes(artifact_utils.get_split_uri([examples], split))
+          for split in ("train", "eval"))
+    )  # fmt: skip
+    copy_seconds = time.time() - started
+    candidate = standard_artifacts.Model()
+    candidate.uri = summary.artifacts["model"]
+    evaluation, blessing = standard_artifacts.ModelEvaluation(), standard_artifacts.ModelBlessing()
+    evaluation.uri, blessing.uri = str(scratch / "evaluation"), str(scratch / "blessing")
+    started = time.time()
+    served_state.check_reference_classes(
+        {"model": [candidate], "baseline_model": [served]},
+        {"evaluation": [evaluation], "blessing": [blessing]},
+        MAX_CLASS_DROP,
+    )
+    reference_seconds = time.time() - started
+    return {
+        "images": copies["images"],
+        "scored": judgement.scored if judgement else 0,
+        "labels_not_judged": why,
+        "label_seconds": label_seconds,
+        "copy_seconds": copy_seconds,
+        "reference_seconds": reference_seconds,
+        "total_seconds": label_seconds + copy_seconds + reference_seconds,
+    }
+
+
 def training_flops_to_accuracy(summary: RunSummary, target: float) -> float | None:
     """Training FLOPs up to the end of the first epoch that showed `target`: its validation
     accuracy (without test-time augmentation; before the last epoch, on a fifth of the eval
@@ -317,6 +370,11 @@ def main() -> None:
         if pushed is not None and pushed.pushed:
             print("(d) serving latency of the pushed model ...", flush=True)
             results["serving"] = _serving_latency(output_dir / "run" / "serving" / "cifar10")
+            print("(e) the model-aware checks, with the pushed model as the served one ...")
+            summary = RunSummary.from_json(results["pipeline"]["summary"])
+            results["model_checks"] = model_checks(
+                output_dir / "run" / "serving" / "cifar10", summary, output_dir / "checks"
+            )
     print("(d) serving latency of each recipe's export ...", flush=True)
     results["recipe_serving"] = recipe_serving(output_dir / "recipes", arrays["train"][0])
     (output_dir / "bench.json").write_text(json.dumps(results, indent=1, default=str))

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from benchmarks.bench_table import model_checks_text
 from components.contract import TRAINER_NODE
 from components.trainer.hardware import REPORTED_CPU_FLAGS, read_cpu_facts
 
@@ -227,6 +228,8 @@ def _rows(results: dict) -> list[tuple[str, str]]:
             "not reached" if to_84 is None else f"{to_84:.3g}",
         ),
     ]
+    if results.get("model_checks"):
+        rows.append(("model-aware checks, a next night (s)", model_checks_text(results)))
     serving = [line for line in results.get("serving", "").splitlines()[1:] if line.strip()]
     if serving:
         rows.append(("serving, the pushed model", "; ".join(" ".join(x.split()) for x in serving)))

@@ -140,6 +140,8 @@ def render(results: dict) -> str:
                     f"{ttr / classic['projected_full_run_seconds']:.3f}",
                 )
             )
+    if results.get("model_checks"):
+        rows.append(("model-aware checks, a next night (s)", model_checks_text(results)))
     width = max(len(r[0]) for r in rows)
     table = "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
     if results.get("serving"):
@@ -152,3 +154,14 @@ def render(results: dict) -> str:
 def _flops(run: dict) -> str:
     flops = run.get("training_flops_to_84")  # absent from a bench.json written before it
     return "not reached" if flops is None else f"{flops:.2e}"
+
+
+def model_checks_text(results: dict) -> str:
+    """(e): what the gate's label and copy checks and the Evaluator's reference check cost,
+    with the run's own version as the served model."""
+    checks = results["model_checks"]
+    return (
+        f"{checks['total_seconds']:.1f} = labels {checks['label_seconds']:.1f} "
+        f"({checks['scored']:,} scored) + exact copies {checks['copy_seconds']:.1f} "
+        f"({checks['images']:,} images) + reference classes {checks['reference_seconds']:.1f}"
+    )

@@ -113,6 +113,22 @@ def test_the_time_outside_the_fit_is_also_given_in_the_hosts_python_speed():
     assert "| single-threaded Python: sum(range(10**8)) | not measured |" in section
 
 
+def test_the_model_aware_checks_cost_is_a_row_when_measured():
+    results = _results()
+    assert "model-aware checks" not in bench_docs.render_section(
+        results, _machine("avx2-float32"), FACTS
+    )  # a bench whose pipeline pushed nothing measures none
+    results["model_checks"] = {
+        "images": 50000, "scored": 4500, "labels_not_judged": "", "label_seconds": 2.5,
+        "copy_seconds": 0.5, "reference_seconds": 3.0, "total_seconds": 6.0,
+    }  # fmt: skip
+    section = bench_docs.render_section(results, _machine("avx2-float32"), FACTS)
+    assert (
+        "| model-aware checks, a next night (s) | 6.0 = labels 2.5 (4,500 scored) + exact "
+        "copies 0.5 (50,000 images) + reference classes 3.0 |" in section
+    )
+
+
 def test_a_new_kind_is_added_after_the_last_section(docs):
     performance, readme = docs
     before = performance.read_text()

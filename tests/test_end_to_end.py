@@ -43,6 +43,7 @@ def test_run_blesses_and_pushes_with_a_full_summary(first_run):
     assert summary["blessed"] is True
     pushed = Path(summary["pushed_version_dir"])
     assert pushed.parent == out / "serving" / "cifar10" and (pushed / "saved_model.pb").exists()
+    assert (pushed / "assets.extra" / "reference_images.npz").exists()  # its eval images
     assert "BLESSED" in done.stdout and str(pushed) in done.stdout
     # the console has the per-component lines; TensorFlow's own INFO lines go to the log file
     assert "INFO:tensorflow" not in done.stderr
@@ -52,6 +53,23 @@ def test_run_blesses_and_pushes_with_a_full_summary(first_run):
     assert typed.training.precision == "float32"  # pinned by FAST_TRAINING
     assert sum(typed.evaluation.per_class_eval_records.values()) == 120
     assert sum(map(sum, typed.evaluation.confusion_matrix)) == 120
+
+
+def test_the_bench_times_the_model_aware_checks_of_a_next_night(first_run, tmp_path):
+    """`make bench`'s (e) on a real run: the gate's label and copy checks and the
+    Evaluator's reference check, with the run's version served."""
+    from benchmarks import bench
+
+    out, _, _ = first_run
+    checks = bench.model_checks(out / "serving" / "cifar10", RunSummary.load(out), tmp_path)
+    assert checks["images"] == 1200 and checks["scored"] == 1080
+    assert checks["labels_not_judged"] == ""
+    assert checks["total_seconds"] == pytest.approx(
+        checks["label_seconds"] + checks["copy_seconds"] + checks["reference_seconds"]
+    )
+    found = json.loads((tmp_path / "evaluation" / "reference_classes.json").read_text())
+    assert found["images"] == 120  # the version's own eval split: the candidate is the same model
+    assert found["problems"] == []
 
 
 def test_predict_in_a_fresh_cpu_process_matches_the_trainer_model(first_run, tmp_path):
