@@ -45,3 +45,36 @@ def test_the_epoch_table_says_which_epochs_were_scored_on_part_of_the_eval_split
     page = _page(tmp_path, "run", "Trainer", "complete", history=history)
     assert "<td>0.5300 (on 20% of it)</td>" in page
     assert "<td>0.8300</td>" in page
+
+
+def test_the_labels_the_served_model_doubts_are_shown_as_thumbnails(tmp_path):
+    """The gate's suspects, read back from the run's train split by record id."""
+    import numpy as np
+
+    import cifar_fixtures as fx
+
+    examples = tmp_path / "examples"
+    (examples / "Split-train").mkdir(parents=True)
+    fx.write_split(examples / "Split-train" / "data.gz", np.array([3, 5, 3]), seed=1)
+    suspects = [
+        {"record_id": "fixture:1", "given": "dog", "predicted": "cat", "confidence": 0.97},
+        {"record_id": "gone", "given": "cat", "predicted": "dog", "confidence": 0.9},
+    ]
+    comparison = {
+        "skew": {"skipped": "no eval split"},
+        "drift": {"skipped": "no served model"},
+        "drift_accepted": False,
+        "labels": {"suspects": suspects, "skipped": ""},
+    }
+    RunSummary(
+        run_id="run",
+        record_counts={},
+        stage_seconds={"DataValidationGate": 1.0},
+        stage_states={"DataValidationGate": "failed"},
+        artifacts={"examples": str(examples)},
+        data_comparison=comparison,
+    ).write(tmp_path)
+    page = build_report(tmp_path).read_text()
+    assert "<h3>Labels the served model believes least</h3>" in page
+    assert page.count('<img class="tile" src="data:image/png;base64,') == 1 + 3  # + samples
+    assert 'alt="dog? model: cat 97%"' in page and "gone" not in page

@@ -24,6 +24,7 @@ from components.tfx_files import anomalies_file, statistics_file
 from pipeline.local.summary import RunSummary
 
 SAMPLES_PER_CLASS = 8
+SUSPECTS_SHOWN = 30
 
 
 def png_of(figure, margins: dict[str, float]) -> str:
@@ -206,6 +207,22 @@ def comparison_section(summary: RunSummary) -> dict[str, Any] | None:
     return {
         "notes": notes,
         "rows": rows,
+        "suspects": suspect_tiles(summary, comparison),
         "accepted": comparison["drift_accepted"],
         "figure": _histograms_figure(named) if named["train"] is not None else "",
     }
+
+
+def suspect_tiles(summary: RunSummary, comparison: dict) -> list[tuple[str, str]]:
+    """Thumbnails of the images whose label the served model believed least (the gate's
+    label check, most suspect first), captioned with the label and the model's guess."""
+    from pipeline.local.examples import read_by_id
+
+    suspects = (comparison.get("labels") or {}).get("suspects", [])[:SUSPECTS_SHOWN]
+    examples = summary.artifacts.get("examples")
+    if not suspects or not examples:
+        return []
+    images = read_by_id(examples, TRAIN_SPLIT, [s["record_id"] for s in suspects])
+    shown = [s for s in suspects if s["record_id"] in images]
+    captions = [f"{s['given']}? model: {s['predicted']} {s['confidence']:.0%}" for s in shown]
+    return tiles(np.array([images[s["record_id"]] for s in shown]), captions) if shown else []
