@@ -25,8 +25,9 @@ REFERENCE_FILE = os.path.join("assets.extra", "reference_images.npz")
 # sampling noise between two models scored on the same images.
 REFERENCE_SIZE = 2000
 # A class whose accuracy on the reference falls by more than this blocks the push
-# (docs/data-validation.md has the measured drops of clean and faulty candidates).
-MAX_CLASS_DROP = 0.15
+# (docs/data-validation.md has the measured falls: clean warm-started candidates up to about
+# 15 points, candidates trained on cat and dog exchanged 35 points and more).
+MAX_CLASS_DROP = 0.25
 # A class with fewer reference images than this is not judged.
 MIN_CLASS_IMAGES = 20
 
