@@ -197,3 +197,12 @@ def test_a_served_version_without_reference_images_is_said_so(tmp_path, monkeypa
     assert blessing.get_int_custom_property("blessed") == 1
     line, problems = summary.reference_facts(evaluation.uri)
     assert problems == [] and line.startswith("not checked: the served version keeps no")
+
+
+def test_a_damaged_reference_set_is_named_and_does_not_fail_the_run(tmp_path, monkeypatch):
+    (tmp_path / "served" / "Format-Serving" / "assets.extra").mkdir(parents=True)
+    (tmp_path / "served" / "Format-Serving" / ri.REFERENCE_FILE).write_bytes(b"half a file")
+    evaluation, blessing = _evaluate(tmp_path, monkeypatch, reference=False)
+    assert blessing.get_int_custom_property("blessed") == 1
+    line, _ = summary.reference_facts(evaluation.uri)
+    assert line.startswith("not checked: ") and "reference_images.npz: not a reference" in line
