@@ -9,9 +9,9 @@ on the first N images of the archive and pushes a version with its label referen
 spans drawn from the images it never saw are scored with that version (as DataValidationGate
 does) and judged: `--samples` disjoint clean spans, and one span with cat and dog labels
 exchanged, with 10% and 25% of labels replaced at random, its images rotated, upside down,
-in BGR order, grey or noised. Prints a Markdown table: the largest exchange excess over all
-class pairs (the smaller of its two directions, minus the reference), the noise estimate's
-excess over the reference's and the representation shift (the largest per-class
+in BGR order, grey, without red or noised. Prints a Markdown table: the largest exchange
+excess over all class pairs (the smaller of its two directions, minus the reference), the
+noise estimate's excess over the reference's and the representation shift (the largest per-class
 Kolmogorov-Smirnov statistic of the class probabilities against the eval split's); a row
 stops the run when one is beyond its margin.
 """
@@ -94,6 +94,7 @@ def _image_faults(images: np.ndarray, rng) -> dict[str, np.ndarray]:
         "upside down": images[:, ::-1].copy(),
         "BGR channel order": images[..., ::-1].copy(),
         "grey": np.repeat(np.round(grey)[..., None], 3, -1).astype(np.uint8),
+        "red channel dropped": images * np.array([0, 1, 1], np.uint8),
         "Gaussian noise, sigma 12": np.clip(np.round(noisy), 0, 255).astype(np.uint8),
     }
 
