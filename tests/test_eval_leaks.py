@@ -7,15 +7,14 @@ import hashlib
 import json
 
 import apache_beam as beam
-import numpy as np
 import tensorflow as tf
 from apache_beam.testing.util import assert_that, equal_to
+from test_example_gen import _exec_properties
 from tfx.types import artifact_utils, standard_artifacts
 
 from components.cifar10_example_gen.executor import Executor
 
 import cifar_fixtures as fx
-from test_example_gen import _exec_properties
 
 
 def _digest(image: bytes) -> bytes:
@@ -34,15 +33,15 @@ def test_the_transform_drops_eval_copies_of_train_and_images_the_served_model_sa
             [(_digest(a), b"ea"), (_digest(c), b"ec"), (_digest(e), b"ee")]
         )
         out = {"train": train, "eval": evals} | DropEvalLeaks(str(index))
-        assert_that(out["train"], equal_to([b"ta", b"tb"]), label="Train")
-        assert_that(out["eval"], equal_to([b"ee"]), label="Eval")
+        assert_that(out["train"], equal_to([b"ta", b"tb"]), label="CheckTrain")
+        assert_that(out["eval"], equal_to([b"ee"]), label="CheckEval")
         assert_that(
-            out["index"], equal_to([b"".join(sorted([_digest(a), _digest(b)]))]), label="Index"
+            out["index"], equal_to([b"".join(sorted([_digest(a), _digest(b)]))]), label="CheckIndex"
         )
         assert_that(
             out["dropped"],
             equal_to([{"copies_of_train": 1, "seen_by_served": 1}]),
-            label="Dropped",
+            label="CheckDropped",
         )
 
 
@@ -146,6 +145,4 @@ def test_cifar_like_clean_data_drops_nothing(tmp_path):
     assert (len(_images(examples, "train")), len(_images(examples, "eval"))) == (100, 50)
     dropped = _dropped(tmp_path)
     assert (dropped["copies_of_train"], dropped["seen_by_served"]) == (0, 0)
-    assert np.frombuffer(
-        (tmp_path / "examples" / "training_images.bin").read_bytes(), np.uint8
-    ).size == 100 * 12
+    assert len((tmp_path / "examples" / "training_images.bin").read_bytes()) == 100 * 12
