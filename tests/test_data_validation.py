@@ -640,8 +640,7 @@ def test_more_than_one_percent_of_exact_copies_stop_the_run(tmp_path, copies, st
     [
         (
             {"copies_of_train": 3, "seen_by_served": 12, "served_version": "7", "not_checked": ""},
-            "eval: 3 copies of train images dropped, 12 images the served model trained on "
-            "dropped",
+            "eval: 3 copies of train images dropped, 12 images the served model trained on dropped",
         ),
         (
             {
@@ -655,9 +654,7 @@ def test_more_than_one_percent_of_exact_copies_stop_the_run(tmp_path, copies, st
         ),
     ],
 )
-def test_the_duplicates_line_shows_what_the_example_gen_dropped_from_eval(
-    tmp_path, dropped, says
-):
+def test_the_duplicates_line_shows_what_the_example_gen_dropped_from_eval(tmp_path, dropped, says):
     """The ExampleGen drops eval copies of train images and images the served model was
     trained on (tests/test_eval_leaks.py) and counts them; the gate's one duplicates line
     (summary and report) says so, and the dropped copies count among the run's copies."""
