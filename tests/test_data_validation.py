@@ -668,3 +668,19 @@ def test_the_duplicates_line_shows_what_the_example_gen_dropped_from_eval(tmp_pa
     assert verdict["duplicates"]["eval_dropped"] == dropped
     line = f"duplicates     {copies} exact copies among {6000 + copies:,} images; {says}"
     assert line in comparison_lines(verdict)
+
+
+def test_eval_copies_the_example_gen_dropped_count_toward_the_duplicates_stop(tmp_path):
+    """A duplicated eval split is dropped by the ExampleGen, and still stops the run as exact
+    copies (more than 1% of the run's images), as it did before it was dropped."""
+    train, evals = _sample(seed=2), _sample(seed=3)
+    examples = _span_examples(tmp_path, {"train": {0: train}, "eval": {0: evals}}, {0: "fp"})
+    dropped = {"copies_of_train": 100, "seen_by_served": None}
+    dropped |= {"served_version": None, "not_checked": "nothing served"}
+    (tmp_path / "examples" / "eval_dropped.json").write_text(json.dumps(dropped))
+    with pytest.raises(DataValidationError) as stopped:
+        _gate(tmp_path, train, evals, examples=examples)
+    assert (
+        "  - duplicates: 100 of 6,100 images are exact copies of another image of this run "
+        "(100 eval images also in train, dropped; at most 1% accepted)"
+    ) in str(stopped.value).splitlines()
