@@ -7,6 +7,7 @@ pipeline, CLI, benchmarks, tests) can depend on it cheaply.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable
 
 # tf.Example features written by Cifar10ExampleGen and read by every consumer.
@@ -110,6 +111,14 @@ SERVED_STATE_FILE = "served_state.json"
 # Beside a warm-started Trainer's model (`<model uri>/`): the served version it started from
 # and that version's spans, which the Pusher adds to the new version's record (lineage).
 WARM_START_FILE = "warm_started_from.json"
+# Beside saved_model.pb in every pushed version (ancestors' included when warm-started) and in
+# the ExampleGen's Examples (its train split): the images trained on, as sorted image_digest
+# values back to back. The next run drops eval images found in the served version's.
+SERVED_IMAGES_FILE = "training_images.bin"
+# In the ExampleGen's Examples: the eval images it dropped (JSON: copies_of_train,
+# seen_by_served, None when not checked, and why not).
+EVAL_DROPPED_FILE = "eval_dropped.json"
+IMAGE_DIGEST_BYTES = 12
 # The custom property a night with nothing new sets on the ExampleGen's Examples (1) and
 # every later step passes on: nothing is validated, trained, evaluated or pushed, and the
 # run succeeds with outcome `no_new_span`.
@@ -123,3 +132,18 @@ def newest_served_version(names: Iterable[str], holds_model: Callable[[str], boo
     not served. The caller lists and checks, so local paths and gs:// work alike."""
     served = [n for n in (name.rstrip("/") for name in names) if n.isdigit() and holds_model(n)]
     return max(served, key=int) if served else None
+
+
+def image_digest(image: bytes) -> bytes:
+    """An image's identity for exact copies: the first 12 bytes of the SHA-1 of its pixels."""
+    return hashlib.sha1(image).digest()[:IMAGE_DIGEST_BYTES]
+
+
+def pack_digests(digests: Iterable[bytes]) -> bytes:
+    """An image index (SERVED_IMAGES_FILE): the distinct digests, sorted, back to back."""
+    return b"".join(sorted(set(digests)))
+
+
+def unpack_digests(index: bytes) -> frozenset[bytes]:
+    size = IMAGE_DIGEST_BYTES
+    return frozenset(index[i : i + size] for i in range(0, len(index), size))

@@ -19,6 +19,7 @@ import posixpath
 from components import object_store
 from components.contract import (
     SAVED_MODEL_FILE,
+    SERVED_IMAGES_FILE,
     SERVED_SPANS_FILE,
     SERVED_STATE_FILE,
     SERVED_STATISTICS_FILE,
@@ -179,4 +180,12 @@ def served_statistics_file(artifact_uri: str) -> str | None:
     """The served version's training statistics as the ServedState step copied them into its
     output artifact, or None when that version keeps none (or nothing is served)."""
     path = join(artifact_uri, SERVED_STATISTICS_FILE) if artifact_uri else ""
+    return path if path and exists(path) else None
+
+
+def served_images_file(artifact_uri: str) -> str | None:
+    """The served version's training-image index (SERVED_IMAGES_FILE) as the ServedState step
+    copied it into its output artifact, or None when that version has none (pushed before
+    indexes existed, or warm-started from one that had none) or nothing is served."""
+    path = join(artifact_uri, SERVED_IMAGES_FILE) if artifact_uri else ""
     return path if path and exists(path) else None

@@ -153,3 +153,52 @@ def test_a_version_trained_from_scratch_records_its_own_spans(tmp_path):
     [version] = _versions(base)
     record = json.loads((base / version / "training_spans.json").read_text())
     assert record == {"spans": [2], "fingerprints": {"2": "bbb"}}
+
+
+def _with_index(examples, digests):
+    with open(os.path.join(examples.uri, "training_images.bin"), "wb") as out:
+        out.write(b"".join(sorted(digests)))
+    return examples
+
+
+def _served_with_index(tmp_path, version, digests):
+    """The ServedState step's output holding `version` and its index (None: it has none)."""
+    from components.served_versions import ServedState
+
+    served = _served_state(tmp_path, version)
+    state = ServedState(serving_model_dir="/served", version=version)
+    with open(os.path.join(served.uri, "served_state.json"), "w") as out:
+        out.write(state.to_json())
+    if digests is not None:
+        with open(os.path.join(served.uri, "training_images.bin"), "wb") as out:
+            out.write(b"".join(sorted(digests)))
+    return served
+
+
+def test_a_version_keeps_the_index_of_the_images_it_was_trained_on(tmp_path):
+    base = tmp_path / "serving" / "cifar10"
+    examples = _with_index(_examples_with_spans(tmp_path, {"2": "bbb"}), [b"b" * 12, b"a" * 12])
+    _push(tmp_path, _model(tmp_path), True, base, examples=examples)
+    [version] = _versions(base)
+    assert (base / version / "training_images.bin").read_bytes() == b"a" * 12 + b"b" * 12
+
+
+@pytest.mark.parametrize("ancestors", [[b"c" * 12, b"a" * 12], None])
+def test_a_warm_started_version_keeps_its_ancestors_images_too(tmp_path, ancestors):
+    """Fine-tuned from version 100, the model has seen 100's training images too: its index
+    is the union. When 100 has no index, what the new model saw is not known: no index."""
+    base = tmp_path / "serving" / "cifar10"
+    model = _model(tmp_path, "tuned")
+    with open(os.path.join(model.uri, "warm_started_from.json"), "w") as out:
+        json.dump({"version_dir": "/served/100", "spans": {"1": "aaa"}}, out)
+    examples = _with_index(_examples_with_spans(tmp_path, {"2": "bbb"}), [b"b" * 12, b"a" * 12])
+    served = _served_with_index(tmp_path, "100", ancestors)
+    (base / "100").mkdir(parents=True)
+    (base / "100" / "saved_model.pb").write_bytes(b"graph")
+    _push(tmp_path, model, True, base, served=served, examples=examples)
+    [version] = [v for v in _versions(base) if v != "100"]
+    index = base / version / "training_images.bin"
+    if ancestors is None:
+        assert not index.exists()
+    else:
+        assert index.read_bytes() == b"a" * 12 + b"b" * 12 + b"c" * 12

@@ -64,6 +64,11 @@ def test_the_first_push_keeps_its_spans(spans_run):
     [version] = facts["served"]
     record = json.loads((out / "serving" / "cifar10" / version / SERVED_SPANS_FILE).read_text())
     assert record["spans"] == [1] and len(record["fingerprints"]["1"]) == 32
+    # the digests of the 1,080 images it was trained on, for the next run to drop from eval
+    index = out / "serving" / "cifar10" / version / "training_images.bin"
+    assert index.stat().st_size == 1080 * 12
+    dropped = facts["first"]["data_comparison"]["duplicates"]["eval_dropped"]
+    assert dropped["copies_of_train"] == 0 and dropped["not_checked"] == "nothing served"
 
 
 def test_a_new_span_warm_starts_from_the_served_model(spans_run):
@@ -87,6 +92,15 @@ def test_a_new_span_warm_starts_from_the_served_model(spans_run):
     )
     assert second["spans"] == [1, 2]
     assert second["fingerprints"]["1"] == first["fingerprints"]["1"]
+    # and the images of both: its index is the union (span 2's are span 1's one pixel off)
+    first_index, second_index = (
+        (serving / v / "training_images.bin").read_bytes() for v in versions(out)
+    )
+    assert len(second_index) == 2 * len(first_index) == 2160 * 12
+    assert (
+        "eval: 0 copies of train images dropped, 0 images the served model trained on dropped"
+        in facts["warm_stdout"]
+    )
 
 
 def test_no_new_span_trains_nothing_and_exits_0(spans_run):

@@ -633,3 +633,54 @@ def test_more_than_one_percent_of_exact_copies_stop_the_run(tmp_path, copies, st
     verdict = _gate(tmp_path / "accepted", train, train, examples=examples, accept_duplicates=True)
     assert verdict["duplicates_accepted"] is True
     assert verdict["accepted_stops (MLMD)"] == "duplicates"
+
+
+@pytest.mark.parametrize(
+    "dropped, says",
+    [
+        (
+            {"copies_of_train": 3, "seen_by_served": 12, "served_version": "7", "not_checked": ""},
+            "eval: 3 copies of train images dropped, 12 images the served model trained on dropped",
+        ),
+        (
+            {
+                "copies_of_train": 0,
+                "seen_by_served": None,
+                "served_version": "7",
+                "not_checked": "served version 7 has no index",
+            },
+            "eval: 0 copies of train images dropped; eval images the served model trained on: "
+            "not checked, served version 7 has no index",
+        ),
+    ],
+)
+def test_the_duplicates_line_shows_what_the_example_gen_dropped_from_eval(tmp_path, dropped, says):
+    """The ExampleGen drops eval copies of train images and images the served model was
+    trained on (tests/test_eval_leaks.py) and counts them; the gate's one duplicates line
+    (summary and report) says so, and the dropped copies count among the run's copies."""
+    from pipeline.local.report_text import comparison_lines
+
+    train, evals = _sample(seed=2), _sample(seed=3)
+    examples = _span_examples(tmp_path, {"train": {0: train}, "eval": {0: evals}}, {0: "fp"})
+    (tmp_path / "examples" / "eval_dropped.json").write_text(json.dumps(dropped))
+    verdict = _gate(tmp_path, train, evals, examples=examples)
+    copies = dropped["copies_of_train"]
+    assert verdict["duplicates"]["eval_dropped"] == dropped
+    line = f"duplicates     {copies} exact copies among {6000 + copies:,} images; {says}"
+    assert line in comparison_lines(verdict)
+
+
+def test_eval_copies_the_example_gen_dropped_count_toward_the_duplicates_stop(tmp_path):
+    """A duplicated eval split is dropped by the ExampleGen, and still stops the run as exact
+    copies (more than 1% of the run's images), as it did before it was dropped."""
+    train, evals = _sample(seed=2), _sample(seed=3)
+    examples = _span_examples(tmp_path, {"train": {0: train}, "eval": {0: evals}}, {0: "fp"})
+    dropped = {"copies_of_train": 100, "seen_by_served": None}
+    dropped |= {"served_version": None, "not_checked": "nothing served"}
+    (tmp_path / "examples" / "eval_dropped.json").write_text(json.dumps(dropped))
+    with pytest.raises(DataValidationError) as stopped:
+        _gate(tmp_path, train, evals, examples=examples)
+    assert (
+        "  - duplicates: 100 of 6,100 images are exact copies of another image of this run "
+        "(100 eval images also in train, dropped; at most 1% accepted)"
+    ) in str(stopped.value).splitlines()

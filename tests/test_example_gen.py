@@ -16,7 +16,7 @@ from components.cifar10_example_gen import shards, sources, spans
 from components.cifar10_example_gen.component import Cifar10ExampleGen
 from components.cifar10_example_gen.executor import Executor, ReadCifar10Splits
 from components.cifar10_example_gen.spec import SPAN_KEY
-from components.contract import SAVED_MODEL_FILE, SERVED_SPANS_FILE
+from components.contract import SAVED_MODEL_FILE, SERVED_SPANS_FILE, image_digest
 
 import cifar_fixtures as fx
 
@@ -37,7 +37,8 @@ def _label_and_image(serialized: bytes) -> tuple[int, bytes]:
 
 
 def test_beam_source_emits_each_split(tmp_path):
-    """Written out from the fixture, not from the source's own splitting code: at an eval
+    """Each record keyed by its image's digest (for dropping eval copies of train images).
+    Written out from the fixture, not from the source's own splitting code: at an eval
     fraction of 1/10 and 10 images per class in each batch file, the tenth image of every
     class in every batch is an eval image, the other nine are training images."""
     archive = fx.binary_archive(tmp_path / "c.tar.gz", batches=2, per_class=10)
@@ -53,8 +54,11 @@ def test_beam_source_emits_each_split(tmp_path):
         splits = pipeline | ReadCifar10Splits(str(archive), 0.1)
         assert sorted(splits) == ["eval", "train"]
         for split, examples in splits.items():
-            records = examples | f"Decode[{split}]" >> beam.Map(_label_and_image)
-            assert_that(records, equal_to(expected[split]), label=f"Check[{split}]")
+            records = examples | f"Decode[{split}]" >> beam.MapTuple(
+                lambda digest, serialized: (digest, _label_and_image(serialized))
+            )
+            keyed = [(image_digest(image), (label, image)) for label, image in expected[split]]
+            assert_that(records, equal_to(keyed), label=f"Check[{split}]")
 
 
 def test_an_archive_is_opened_once_to_check_and_once_to_read(tmp_path, monkeypatch):

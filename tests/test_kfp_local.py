@@ -16,7 +16,7 @@ import yaml
 
 from components import stack
 from components.cifar10_example_gen.spec import SOURCE_URI_KEY
-from components.contract import SERVED_STATISTICS_FILE
+from components.contract import SERVED_STATISTICS_FILE, unpack_digests
 from pipeline import cli
 from pipeline.kfp_local import plan as kfp_plan
 from pipeline.local.examples import read_split
@@ -381,6 +381,8 @@ def test_the_kubeflow_file_runs_end_to_end_and_pushes(kubeflow_push):
     [version] = [out / "serving" / "cifar10" / v for v in versions(out)]
     assert (version / "saved_model.pb").is_file()
     assert f"pushed         {version}" in done.stdout
+    # plain files in artifacts: the ExampleGen's training-image index reaches the version
+    assert (version / "training_images.bin").stat().st_size > 0
 
 
 @pytest.mark.integration
@@ -450,6 +452,12 @@ def test_the_same_file_runs_nightly_over_a_span_folder(kubeflow_file, kubeflow_p
     assert len(served) == 2 and served[0] == first.name
     [log] = sorted((out / "logs").glob("*/Trainer.log"))[-1:]
     assert f"Warm start from {first}" in log.read_text()
+    # the warm-started version's image index is the union with the one it started from
+    first_index, second_index = (
+        unpack_digests((out / "serving" / "cifar10" / v / "training_images.bin").read_bytes())
+        for v in served
+    )
+    assert first_index < second_index and len(second_index) == 2 * len(first_index)
     third = _local_kfp(kubeflow_file, spans, out)
     assert third.returncode == 0, third.stderr[-4000:]
     # every step succeeds and passes the night on: a green run that trained nothing

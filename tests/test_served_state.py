@@ -164,3 +164,19 @@ def test_a_night_with_nothing_new_evaluates_nothing_and_blesses_nothing(tmp_path
     assert blessing.get_int_custom_property("blessed") == 0
     assert blessing.get_int_custom_property("no_new_span") == 1
     assert (tmp_path / "blessing" / "NOT_BLESSED").exists()
+
+
+def test_the_artifact_holds_the_served_versions_training_image_index(tmp_path):
+    """The ExampleGen drops eval images the served model was trained on: the index is read
+    once with the rest of the served state. A version pushed before indexes has none."""
+    base = tmp_path / "serving" / "cifar10"
+    folder = _serve(base, "100", spans={1: "aaa"})
+    (folder / "training_images.bin").write_bytes(b"d" * 24)
+    out = _run(tmp_path, base)
+    assert (tmp_path / "served_artifact" / "training_images.bin").read_bytes() == b"d" * 24
+    assert served_versions.served_images_file(out.uri) == str(
+        tmp_path / "served_artifact" / "training_images.bin"
+    )
+    _serve(base, "200")
+    newer = _run(tmp_path, base, name="newer")
+    assert served_versions.served_images_file(newer.uri) is None

@@ -6,7 +6,8 @@ The protocol (components/atomic_pusher/staging.py, lock.py; what a complete vers
 which is the newest: components/served_versions.py):
 
 1. Stage: copy the model, PUSHED_FROM (the model's path) and the kept files (statistics,
-   spans record) into `<base>/.staging-<uuid4 hex>/`, whose LEASE is written first.
+   spans record, training-image index) into `<base>/.staging-<uuid4 hex>/`, whose LEASE is
+   written first.
 2. Commit, under the serving folder's push lock (`<base>/.push.lock`): remove numbered
    folders without saved_model.pb (commits that died midway: commits happen under the lock);
    if the newest complete version's PUSHED_FROM names this model, it is already served
@@ -46,10 +47,13 @@ from components.atomic_pusher.staging import (  # noqa: F401 - STAGING_PREFIX, D
 from components.contract import (
     NO_NEW_SPAN_PROPERTY,
     SAVED_MODEL_FILE,
+    SERVED_IMAGES_FILE,
     SERVED_SPANS_FILE,
     SERVED_STATISTICS_FILE,
     TRAIN_SPLIT,
     WARM_START_FILE,
+    pack_digests,
+    unpack_digests,
 )
 from components.served_versions import ServedVersionChanged
 from components.tfx_files import statistics_file
@@ -101,8 +105,8 @@ def _served_already(base_directory: str, model_path: str, expected_served):
 
 def copy_to_staging(model_path: str, staging: str, *kept: tuple[str, str]) -> None:
     """The model, the file naming it, and `kept` (source path, name in the version): the
-    training data's statistics and spans, moved into place with the model, so a version
-    never lacks them."""
+    training data's statistics, spans and image index, moved into place with the model, so
+    a version never lacks them."""
     for name in fileio.listdir(model_path):
         source = served_versions.join(model_path, name.rstrip("/"))
         target = served_versions.join(staging, name.rstrip("/"))
@@ -186,6 +190,42 @@ def _spans_record(input_dict, folder: str) -> str | None:
     return path
 
 
+def _ancestors_index(input_dict, version_dir: str) -> str | None:
+    """The training-image index of the version a model was warm-started from: the ServedState
+    step's copy when that is the version (it is, in a pipeline), else the version's own."""
+    served = input_dict.get("served_model")
+    if served and served_versions.load_served_state(served[0].uri).version_dir == version_dir:
+        return served_versions.served_images_file(served[0].uri)
+    path = served_versions.join(version_dir, SERVED_IMAGES_FILE)
+    return path if version_dir and served_versions.exists(path) else None
+
+
+def _images_index(input_dict, folder: str) -> str | None:
+    """The images the pushed model was trained on (the next run drops eval images among
+    them): this run's train split (the ExampleGen's index) and, for a warm-started model,
+    those of the version it started from, the union written to `folder`. None when the run
+    has no index, or the starting version has none (what the model saw is then not known)."""
+    examples = input_dict.get("examples")
+    own = os.path.join(examples[0].uri, SERVED_IMAGES_FILE) if examples else ""
+    if not own or not fileio.exists(own):
+        return None
+    started_from = os.path.join(input_dict["model"][0].uri, WARM_START_FILE)
+    if not fileio.exists(started_from):
+        return own
+    version_dir = json.loads(io_utils.read_string_file(started_from))["version_dir"]
+    ancestors = _ancestors_index(input_dict, version_dir)
+    if ancestors is None:
+        logging.warning(
+            "no training-image index kept: the model started from %s, which has none", version_dir
+        )
+        return None
+    union = unpack_digests(io_utils.read_bytes_file(own))
+    union |= unpack_digests(io_utils.read_bytes_file(ancestors))
+    path = os.path.join(folder, SERVED_IMAGES_FILE)
+    io_utils.write_bytes_file(path, pack_digests(union))
+    return path
+
+
 def _kept(input_dict, folder: str) -> list[tuple[str, str]]:
     """What a version keeps beside the model, from the optional inputs that are there."""
     kept = []
@@ -195,6 +235,9 @@ def _kept(input_dict, folder: str) -> list[tuple[str, str]]:
     record = _spans_record(input_dict, folder)
     if record:
         kept.append((record, SERVED_SPANS_FILE))
+    index = _images_index(input_dict, folder)
+    if index:
+        kept.append((index, SERVED_IMAGES_FILE))
     return kept
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 import struct
 from collections.abc import Iterator, Sequence
@@ -12,6 +13,7 @@ from typing import Any
 import apache_beam as beam
 import tensorflow as tf
 from absl import logging
+from apache_beam.io.filesystems import FileSystems
 from tfx import types
 from tfx.components.example_gen import write_split
 from tfx.components.util import examples_utils
@@ -33,15 +35,20 @@ from components.cifar10_example_gen.spec import (
 )
 from components.cifar10_example_gen.stored_gzip import WriteStoredGzipTFRecords
 from components.contract import (
+    EVAL_DROPPED_FILE,
     IMAGE_KEY,
     IMAGE_SUMMARY_FEATURES,
     LABEL_KEY,
     NO_NEW_SPAN_PROPERTY,
     NO_NEW_SPAN_REASON_PROPERTY,
     RECORD_ID_KEY,
+    SERVED_IMAGES_FILE,
     SERVED_SPANS_FILE,
+    image_digest,
+    pack_digests,
+    unpack_digests,
 )
-from components.served_versions import ServedState, load_served_state
+from components.served_versions import ServedState, load_served_state, served_images_file
 
 # TFX's own ExampleGen file names: data_tfrecord-00000-of-00001.gz
 FILE_PREFIX = "data_tfrecord"
@@ -113,7 +120,7 @@ def _tagged_examples(
     for split, record in sources.split_group(group, has_test_split, eval_fraction):
         if span:  # record ids stay unique across the spans of a window
             record = dataclasses.replace(record, record_id=f"span-{span}/{record.record_id}")
-        yield beam.pvalue.TaggedOutput(split, serialize(record))
+        yield beam.pvalue.TaggedOutput(split, (image_digest(record.image), serialize(record)))
 
 
 @beam.ptransform_fn
@@ -121,11 +128,11 @@ def _tagged_examples(
 def ReadCifar10Splits(
     pipeline: beam.Pipeline, source: str | dict[int, str], eval_fraction: float
 ) -> dict[str, beam.PCollection]:
-    """{'train': serialized tf.Examples, 'eval': ...} from one read of each source ({span: source},
-    or one plain source as span 0): one Beam element per `sources.read_groups` unit. Every
-    record is checked first, so bad input raises `SourceError` while the pipeline is built,
-    before Beam runs or writes anything. Each span has its own eval split: its test batch,
-    or its own class-balanced carve."""
+    """{'train': (image digest, serialized tf.Example) pairs, 'eval': ...} from one read of each
+    source ({span: source}, or one plain source as span 0): one Beam element per
+    `sources.read_groups` unit. Every record is checked first, so bad input raises
+    `SourceError` while the pipeline is built, before Beam runs or writes anything. Each span
+    has its own eval split: its test batch, or its own class-balanced carve."""
     by_span = {0: source} if isinstance(source, str) else source
     units = []
     for span, path in sorted(by_span.items()):
@@ -139,6 +146,94 @@ def ReadCifar10Splits(
         | "Read" >> beam.FlatMap(_tagged_examples, eval_fraction).with_outputs(*SPLITS)
     )
     return {split: tagged[split] for split in SPLITS}
+
+
+# Eval images dropped (DropEvalLeaks), by why: a copy of one of this run's train images
+# (it would inflate the accuracy gate), or an image the served model was trained on (it
+# would inflate the regression baseline).
+COPIES_OF_TRAIN, SEEN_BY_SERVED = "copies_of_train", "seen_by_served"
+
+
+def _read_index(path: str | None) -> frozenset[bytes]:
+    if not path:
+        return frozenset()
+    with FileSystems.open(path, compression_type="uncompressed") as handle:
+        return unpack_digests(handle.read())
+
+
+def _kept_eval(pair: tuple[bytes, bytes], train: set, served: frozenset):
+    digest, serialized = pair
+    if digest in train:
+        yield beam.pvalue.TaggedOutput(COPIES_OF_TRAIN, digest)
+    elif digest in served:
+        yield beam.pvalue.TaggedOutput(SEEN_BY_SERVED, digest)
+    else:
+        yield serialized
+
+
+def _counts(_, copies: int, seen: int) -> dict[str, int]:
+    return {COPIES_OF_TRAIN: copies, SEEN_BY_SERVED: seen}
+
+
+@beam.ptransform_fn
+def DropEvalLeaks(
+    splits: dict[str, beam.PCollection], served_index: str | None
+) -> dict[str, beam.PCollection]:
+    """From ReadCifar10Splits' pairs: {'train': serialized, 'eval': serialized without the
+    images among the train split's or in the served version's index (SERVED_IMAGES_FILE at
+    `served_index`; None: none), 'index': the train split's index (one bytes value),
+    'dropped': {COPIES_OF_TRAIN: n, SEEN_BY_SERVED: n} (one dict)}. Both sets are side
+    inputs: every record is judged inside Beam."""
+    pipeline = splits["train"].pipeline
+    train_digests = (
+        splits["train"]
+        | "TrainDigests" >> beam.Keys()
+        | "TrainSet" >> beam.CombineGlobally(beam.combiners.ToSetCombineFn())
+    )
+    served = (
+        pipeline
+        | "ServedIndexPath" >> beam.Create([served_index])
+        | "ServedIndex" >> beam.Map(_read_index)
+    )
+    judged = splits["eval"] | "DropLeaks" >> beam.FlatMap(
+        _kept_eval, beam.pvalue.AsSingleton(train_digests), beam.pvalue.AsSingleton(served)
+    ).with_outputs(COPIES_OF_TRAIN, SEEN_BY_SERVED, main="eval")
+    copies, seen = (
+        judged[why] | f"Count[{why}]" >> beam.combiners.Count.Globally()
+        for why in (COPIES_OF_TRAIN, SEEN_BY_SERVED)
+    )
+    counts = beam.Map(_counts, beam.pvalue.AsSingleton(copies), beam.pvalue.AsSingleton(seen))
+    return {
+        "train": splits["train"] | "TrainRecords" >> beam.Values(),
+        "eval": judged["eval"],
+        "index": train_digests | "Index" >> beam.Map(pack_digests),
+        "dropped": pipeline | "Dropped" >> beam.Create([None]) | "Counts" >> counts,
+    }
+
+
+def _write_file(data: bytes, path: str) -> None:
+    with FileSystems.create(path) as handle:
+        handle.write(data)
+
+
+def _dropped_json(counts: dict[str, int], served: dict) -> bytes:
+    """The record of what was dropped: the counts, and which served version's index was
+    checked (`not_checked`: why none was, and `seen_by_served` None then)."""
+    record = {**counts, **served}
+    if served["not_checked"]:
+        record[SEEN_BY_SERVED] = None
+    return json.dumps(record, sort_keys=True).encode()
+
+
+def _served_index(input_dict: dict[str, list[types.Artifact]]) -> tuple[str | None, dict]:
+    """(the served version's training-image index, or None; {served_version, not_checked})."""
+    served = input_dict.get(SERVED_MODEL_KEY) or []
+    state = load_served_state(served[0].uri) if served else ServedState()
+    if state.version is None:
+        return None, {"served_version": None, "not_checked": "nothing served"}
+    path = served_images_file(served[0].uri)
+    why = "" if path else f"served version {state.version} has no index"
+    return path, {"served_version": state.version, "not_checked": why}
 
 
 def _served(input_dict: dict[str, list[types.Artifact]]) -> ServedState:
@@ -171,7 +266,10 @@ def _unchanged_while_read(resolution: spans.Resolution) -> None:
 class Executor(BaseBeamExecutor):
     """Writes what TFX's ExampleGen writes (the `Examples` artifact, one folder of gzipped
     TFRecords per split), from one pass over the source instead of one per split, in
-    source order (no shuffle: the Trainer shuffles) and without compressing pixels."""
+    source order (no shuffle: the Trainer shuffles) and without compressing pixels; the eval
+    split without exact copies of train images or images the served model was trained on
+    (DropEvalLeaks: counted in EVAL_DROPPED_FILE), and the train split's image index
+    (SERVED_IMAGES_FILE, which the Pusher keeps with the version)."""
 
     def Do(
         self,
@@ -201,7 +299,8 @@ class Executor(BaseBeamExecutor):
             examples.set_int_custom_property(NO_NEW_SPAN_PROPERTY, 1)
             examples.set_string_custom_property(NO_NEW_SPAN_REASON_PROPERTY, str(nothing_new))
         else:
-            self._ingest(examples, resolution, float(exec_properties[EVAL_FRACTION_KEY]))
+            fraction = float(exec_properties[EVAL_FRACTION_KEY])
+            self._ingest(examples, resolution, fraction, _served_index(input_dict))
         io_utils.write_string_file(
             os.path.join(examples.uri, SERVED_SPANS_FILE),
             spans.record_json(resolution.fingerprints),
@@ -212,14 +311,37 @@ class Executor(BaseBeamExecutor):
         )
 
     def _ingest(
-        self, examples: types.Artifact, resolution: spans.Resolution, eval_fraction: float
+        self,
+        examples: types.Artifact,
+        resolution: spans.Resolution,
+        eval_fraction: float,
+        served_index: tuple[str | None, dict],
     ) -> None:
         logging.info("Spans ingested: %s", resolution.numbers)
+        index_path, served = served_index
+        dropped_path = os.path.join(examples.uri, EVAL_DROPPED_FILE)
         with self._make_beam_pipeline() as pipeline:
-            splits = pipeline | "ReadCifar10" >> ReadCifar10Splits(
-                resolution.sources, eval_fraction
-            )
-            for split, split_examples in splits.items():
+            read = pipeline | "ReadCifar10" >> ReadCifar10Splits(resolution.sources, eval_fraction)
+            splits = read | "DropEvalLeaks" >> DropEvalLeaks(index_path)
+            for split in SPLITS:
                 prefix = os.path.join(artifact_utils.get_split_uri([examples], split), FILE_PREFIX)
-                _ = split_examples | f"Write[{split}]" >> WriteStoredGzipTFRecords(prefix)
+                _ = splits[split] | f"Write[{split}]" >> WriteStoredGzipTFRecords(prefix)
+            _ = splits["index"] | "WriteIndex" >> beam.Map(
+                _write_file, os.path.join(examples.uri, SERVED_IMAGES_FILE)
+            )
+            _ = (
+                splits["dropped"]
+                | "DroppedRecord" >> beam.Map(_dropped_json, served)
+                | "WriteDropped" >> beam.Map(_write_file, dropped_path)
+            )
         _unchanged_while_read(resolution)
+        dropped = json.loads(io_utils.read_string_file(dropped_path))
+        examples.set_int_custom_property("eval_copies_of_train_dropped", dropped[COPIES_OF_TRAIN])
+        if dropped[SEEN_BY_SERVED] is not None:
+            examples.set_int_custom_property("eval_seen_by_served_dropped", dropped[SEEN_BY_SERVED])
+        logging.info(
+            "Eval images dropped: %d copies of train images; images the served model trained "
+            "on: %s",
+            dropped[COPIES_OF_TRAIN],
+            dropped["not_checked"] or dropped[SEEN_BY_SERVED],
+        )

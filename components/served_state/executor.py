@@ -4,8 +4,9 @@ run, and `EvaluatorExecutor` judges the candidate against what it read.
 `Executor` writes the served state (components/served_versions.py) into its output Model
 artifact: `served_state.json` (the newest complete version, its spans with fingerprints,
 ancestors' included, and every span any version published), a copy of that version in the
-Trainer's layout (`<uri>/Format-Serving/`: warm start and the Evaluator's baseline) and its
-training statistics (`<uri>/training_statistics.pb`: the drift baseline). When nothing is
+Trainer's layout (`<uri>/Format-Serving/`: warm start and the Evaluator's baseline), its
+training statistics (`<uri>/training_statistics.pb`: the drift baseline) and its training-image
+index (`<uri>/training_images.bin`: eval images in it are dropped). When nothing is
 served, the artifact holds the state alone. Every later step reads this artifact, never the
 serving folder, so drift, warm start, the regression baseline and the Pusher's check all
 refer to one version. Plain files and artifacts: the same code runs under every orchestrator.
@@ -30,6 +31,7 @@ from components.contract import (
     NO_NEW_SPAN_PROPERTY,
     REFERENCE_CHECK_FILE,
     SAVED_MODEL_FILE,
+    SERVED_IMAGES_FILE,
     SERVED_STATE_FILE,
     SERVED_STATISTICS_FILE,
 )
@@ -60,9 +62,10 @@ class Executor(base_executor.BaseExecutor):
         state = read_served_state(exec_properties[SERVING_MODEL_DIR_KEY])
         if state.version is not None:
             io_utils.copy_dir(state.version_dir, path_utils.serving_model_dir(served.uri))
-            statistics = os.path.join(state.version_dir, SERVED_STATISTICS_FILE)
-            if fileio.exists(statistics):
-                fileio.copy(statistics, os.path.join(served.uri, SERVED_STATISTICS_FILE), True)
+            for name in (SERVED_STATISTICS_FILE, SERVED_IMAGES_FILE):
+                kept = os.path.join(state.version_dir, name)
+                if fileio.exists(kept):
+                    fileio.copy(kept, os.path.join(served.uri, name), True)
         # Written last: a consumer that finds the state finds the copy complete.
         io_utils.write_string_file(os.path.join(served.uri, SERVED_STATE_FILE), state.to_json())
         served.set_int_custom_property(SERVED_VERSION_KEY, int(state.version or 0))

@@ -9,11 +9,13 @@ import os
 from absl import logging
 from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
 from tfx.dsl.components.base import base_executor
+from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
 from components.contract import (
     COMPARISON_FILE,
+    EVAL_DROPPED_FILE,
     EVAL_SPLIT,
     NO_NEW_SPAN_PROPERTY,
     NO_NEW_SPAN_REASON_PROPERTY,
@@ -203,21 +205,26 @@ def _stop_on(problems: list[str], drift, labels, copies):
 
 
 def _duplicates(examples: list) -> tuple[dict | None, list[str]]:
-    """Exact copies among the run's train and eval images (None without the examples), and
-    the problem line when there are more than DUPLICATE_SHARE of them."""
+    """Exact copies among the run's train and eval images, with the eval images the ExampleGen
+    dropped (None without the examples), and the problem line when there are more than
+    DUPLICATE_SHARE of them."""
     if not examples:
         return None, []
     train, evals = (
         image_hashes(artifact_utils.get_split_uri(examples, split))
         for split in (TRAIN_SPLIT, EVAL_SPLIT)
     )
-    copies = duplicates(train, evals)
+    dropped = os.path.join(examples[0].uri, EVAL_DROPPED_FILE)  # none from older ExampleGens
+    recorded = json.loads(io_utils.read_string_file(dropped)) if fileio.exists(dropped) else None
+    copies = duplicates(train, evals, recorded)
     if copies["copies"] <= DUPLICATE_SHARE * copies["images"]:
         return copies, []
+    dropped_copies = recorded["copies_of_train"] if recorded else 0
+    also = copies["eval_in_train"] + dropped_copies
     return copies, [
         f"duplicates: {copies['copies']:,} of {copies['images']:,} images are exact copies of "
-        f"another image of this run ({copies['eval_in_train']:,} eval images also in train; at "
-        f"most {DUPLICATE_SHARE:.0%} accepted)"
+        f"another image of this run ({also:,} eval images also in train"
+        f"{', dropped' if dropped_copies else ''}; at most {DUPLICATE_SHARE:.0%} accepted)"
     ]
 
 

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 
-from components.contract import IMAGE_KEY, IMAGE_SUMMARY_FEATURES, LABEL_KEY, RECORD_ID_KEY
+from components.contract import (
+    IMAGE_KEY,
+    IMAGE_SUMMARY_FEATURES,
+    LABEL_KEY,
+    RECORD_ID_KEY,
+    image_digest,
+)
 from components.validation_gate.comparison import statistics_options
 
 _BATCH = 4096
@@ -92,9 +98,7 @@ DUPLICATE_SHARE = 0.01
 
 
 def image_hashes(split_uri: str) -> list[bytes]:
-    """A digest of each record's pixels in a split folder, in file order."""
-    import hashlib
-
+    """A digest of each record's pixels in a split folder (the ExampleGen's), in file order."""
     import tensorflow as tf
 
     spec = {IMAGE_KEY: tf.io.FixedLenFeature([], tf.string)}
@@ -102,17 +106,21 @@ def image_hashes(split_uri: str) -> list[bytes]:
     records = tf.data.TFRecordDataset(files, compression_type="GZIP").batch(_BATCH)
     found: list[bytes] = []
     for batch in records.map(lambda b: tf.io.parse_example(b, spec)):
-        found.extend(hashlib.sha1(image).digest()[:12] for image in batch[IMAGE_KEY].numpy())
+        found.extend(image_digest(image) for image in batch[IMAGE_KEY].numpy())
     return found
 
 
-def duplicates(train: list[bytes], evals: list[bytes]) -> dict[str, int]:
+def duplicates(train: list[bytes], evals: list[bytes], dropped: dict | None = None) -> dict:
     """Exact copies among a run's images: `copies`, images beyond the first of each set of
-    identical ones (across both splits); `eval_in_train`, eval images with a copy in train."""
+    identical ones (across both splits); `eval_in_train`, eval images with a copy in train.
+    `dropped`: what the ExampleGen dropped from eval (EVAL_DROPPED_FILE), kept as
+    `eval_dropped`; its copies of train images count among the run's images and copies."""
     every = train + evals
     seen = set(train)
-    return {
-        "images": len(every),
-        "copies": len(every) - len(set(every)),
+    copied = dropped["copies_of_train"] if dropped else 0
+    found = {
+        "images": len(every) + copied,
+        "copies": len(every) - len(set(every)) + copied,
         "eval_in_train": sum(1 for digest in evals if digest in seen),
     }
+    return found | ({"eval_dropped": dropped} if dropped else {})

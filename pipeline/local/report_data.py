@@ -169,6 +169,29 @@ def _histograms_figure(named_stats: dict[str, Any]) -> str:
     )
 
 
+def duplicates_text(comparison: dict) -> str:
+    """The gate's duplicates finding in one line ('' when it made none): exact copies among
+    the run's images and what the ExampleGen dropped from eval, or whether the served
+    version's index could be checked (comparison.json's `duplicates`)."""
+    copies = comparison.get("duplicates")
+    if not copies:
+        return ""
+    text = f"{copies['copies']:,} exact copies among {copies['images']:,} images"
+    dropped = copies.get("eval_dropped")
+    if dropped is None:  # an ExampleGen that dropped nothing
+        text += f" ({copies['eval_in_train']:,} eval images also in train)"
+    else:
+        text += f"; eval: {dropped['copies_of_train']:,} copies of train images dropped"
+        text += (
+            f"; eval images the served model trained on: not checked, {dropped['not_checked']}"
+            if dropped["not_checked"]
+            else f", {dropped['seen_by_served']:,} images the served model trained on dropped"
+        )
+    if comparison.get("duplicates_accepted"):
+        text += ", ACCEPTED with --accept-duplicates"
+    return text
+
+
 def comparison_section(summary: RunSummary) -> dict[str, Any] | None:
     """Skew and drift: what was compared with what, each distance beside its threshold, the
     verdict, and the per-feature histograms of the data sets compared. None where the gate
@@ -204,6 +227,8 @@ def comparison_section(summary: RunSummary) -> dict[str, Any] | None:
             rows.append(
                 [kind, d["feature"], d["measure"], f"{d['value']:.4f}", d["threshold"], verdict]
             )
+    if duplicates_text(comparison):
+        notes.append(f"duplicates: {duplicates_text(comparison)}")
     return {
         "notes": notes,
         "rows": rows,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from components.contract import LABEL_NAMES, TRAINER_NODE
+from pipeline.local.report_data import duplicates_text
 from pipeline.local.summary import RunSummary
 
 
@@ -32,13 +33,9 @@ def comparison_lines(comparison: dict | None) -> list[str]:
             names = ", ".join(d["feature"] for d in over)
             lines.append(f"  ACCEPTED with --accept-drift: {names}")
     lines += _label_lines(comparison)
-    copies = comparison.get("duplicates")
+    copies = duplicates_text(comparison)
     if copies:
-        lines.append(
-            f"{'duplicates':<15}{copies['copies']:,} exact copies among {copies['images']:,} "
-            f"images ({copies['eval_in_train']:,} eval images also in train)"
-            + (", ACCEPTED with --accept-duplicates" if comparison["duplicates_accepted"] else "")
-        )
+        lines.append(f"{'duplicates':<15}{copies}")
     for split, features in comparison.get("out_of_domain", {}).items():
         for name, found in features.items():
             low, high = found["domain"]
