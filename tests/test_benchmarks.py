@@ -14,7 +14,8 @@ import pytest
 from benchmarks import bench, recipe_trial
 from components.trainer import model
 from components.trainer.training_summary import TrainingSummary
-from pipeline.local.summary import Evaluation, RunSummary
+from pipeline.local.evaluation import Evaluation
+from pipeline.local.summary import RunSummary
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ from tfx.types import standard_artifacts
 from components import reference_images as ri
 from components.contract import LABEL_NAMES, REFERENCE_CHECK_FILE
 from components.served_state import executor as served_state
-from pipeline.local import summary
+from pipeline.local import evaluation as evaluation_facts
 
 CAT, DOG = LABEL_NAMES.index("cat"), LABEL_NAMES.index("dog")
 
@@ -166,7 +166,7 @@ def test_a_candidate_that_learned_exchanged_labels_is_not_pushed(tmp_path, monke
     assert not (tmp_path / "blessing" / "BLESSED").exists()
     assert re.match(r"class (cat|dog) on the served", blessing.get_string_custom_property(
         served_state.CLASS_REGRESSION_KEY))  # fmt: skip
-    line, problems = summary.reference_facts(evaluation.uri)
+    line, problems = evaluation_facts.reference_facts(evaluation.uri)
     assert len(problems) == 2 and "100.0 points below the served model" in line
     assert (
         json.loads((tmp_path / "evaluation" / REFERENCE_CHECK_FILE).read_text())["served"][CAT]
@@ -178,7 +178,7 @@ def test_a_candidate_as_good_per_class_stays_blessed(tmp_path, monkeypatch):
     evaluation, blessing = _evaluate(tmp_path, monkeypatch)
     assert blessing.get_int_custom_property("blessed") == 1
     assert (tmp_path / "blessing" / "BLESSED").exists()
-    line, problems = summary.reference_facts(evaluation.uri)
+    line, problems = evaluation_facts.reference_facts(evaluation.uri)
     assert problems == [] and line.startswith("no class below the served model")
 
 
@@ -187,7 +187,7 @@ def test_a_candidate_tfma_refused_stays_refused_with_its_classes_named(tmp_path,
         tmp_path, monkeypatch, candidate_exchanged=(CAT, DOG), blessed=False
     )
     assert blessing.get_int_custom_property("blessed") == 0
-    assert summary.reference_facts(evaluation.uri)[1]
+    assert evaluation_facts.reference_facts(evaluation.uri)[1]
 
 
 def test_a_served_version_without_reference_images_is_said_so(tmp_path, monkeypatch):
@@ -195,7 +195,7 @@ def test_a_served_version_without_reference_images_is_said_so(tmp_path, monkeypa
         tmp_path, monkeypatch, candidate_exchanged=(CAT, DOG), reference=False
     )
     assert blessing.get_int_custom_property("blessed") == 1
-    line, problems = summary.reference_facts(evaluation.uri)
+    line, problems = evaluation_facts.reference_facts(evaluation.uri)
     assert problems == [] and line.startswith("not checked: the served version keeps no")
 
 
@@ -204,5 +204,5 @@ def test_a_damaged_reference_set_is_named_and_does_not_fail_the_run(tmp_path, mo
     (tmp_path / "served" / "Format-Serving" / ri.REFERENCE_FILE).write_bytes(b"half a file")
     evaluation, blessing = _evaluate(tmp_path, monkeypatch, reference=False)
     assert blessing.get_int_custom_property("blessed") == 1
-    line, _ = summary.reference_facts(evaluation.uri)
+    line, _ = evaluation_facts.reference_facts(evaluation.uri)
     assert line.startswith("not checked: ") and "reference_images.npz: not a reference" in line

@@ -6,14 +6,13 @@ import json
 import pytest
 
 from components.trainer.training_summary import TrainingSummary
-from pipeline.local.summary import (
+from pipeline.local.evaluation import (
     CONFUSION_PLOT,
     Evaluation,
-    Push,
-    RunSummary,
     class_accuracy,
     confusion_matrix,
 )
+from pipeline.local.summary import Push, RunSummary
 
 TRAINING = TrainingSummary(
     model="airbench",
