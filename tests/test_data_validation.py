@@ -4,6 +4,7 @@ called through `Executor().Do()` on statistics TFDV computes from generated imag
 import io
 import json
 import os
+import re
 
 import numpy as np
 import pandas as pd
@@ -449,10 +450,10 @@ def test_images_outside_a_summarys_domain_stop_the_run_only_beyond_a_share(tmp_p
     images, labels = _sample(seed=2)
     images = np.concatenate([images, _checkerboards(odd)])
     labels = np.concatenate([labels, np.zeros(odd, labels.dtype)])
-    # The eval split: the same images but one pixel (no skew, and no exact copies).
-    nudged = images.copy()
-    nudged[:, 0, 0, 0] ^= 1
-    data, evals = {0: (images, labels)}, {0: (nudged, labels)}
+    # The eval split: other images of the same kind, odd ones included (no skew, no copies).
+    other, other_labels = _sample(seed=3)
+    other = np.concatenate([other, _checkerboards(odd)])
+    data, evals = {0: (images, labels)}, {0: (other, np.concatenate([other_labels, labels[-odd:]]))}
     examples = _span_examples(tmp_path, {"train": data, "eval": evals}, {0: "fingerprint-0"})
     total = f"{3000 + odd:,}"
     if odd == 1:
@@ -617,17 +618,21 @@ def test_more_than_one_percent_of_exact_copies_stop_the_run(tmp_path, copies, st
     total = f"{3000 + copies + 10:,}"
     if not stops:
         verdict = _gate(tmp_path, train, train, examples=examples)
-        assert verdict["duplicates"] == {"images": 3030, "copies": 30, "eval_in_train": 10}
+        assert verdict["duplicates"] == {
+            "images": 3030, "copies": 30, "near_copies": 0, "eval_in_train": 10,
+        }  # fmt: skip
         assert (
-            f"duplicates     30 exact copies among {total} images (10 eval images also in train)"
+            f"duplicates     30 exact copies and 0 near among {total} images (10 eval images "
+            "also in train)"
         ) in comparison_lines(verdict)
         return
     with pytest.raises(DataValidationError) as stopped:
         _gate(tmp_path, train, train, examples=examples)
     lines = str(stopped.value).splitlines()
     assert (
-        f"  - duplicates: 100 of {total} images are exact copies of another image of this run "
-        "(10 eval images also in train; at most 1% accepted)"
+        f"  - duplicates: 100 of {total} images are copies of another image of this run (100 "
+        "exact, 0 near: the same picture re-encoded; 10 eval images also in train; at most 1% "
+        "accepted)"
     ) in lines
     assert lines[-1] == "(images repeat: --accept-duplicates trains on them anyway)"
     verdict = _gate(tmp_path / "accepted", train, train, examples=examples, accept_duplicates=True)
@@ -666,7 +671,7 @@ def test_the_duplicates_line_shows_what_the_example_gen_dropped_from_eval(tmp_pa
     verdict = _gate(tmp_path, train, evals, examples=examples)
     copies = dropped["copies_of_train"]
     assert verdict["duplicates"]["eval_dropped"] == dropped
-    line = f"duplicates     {copies} exact copies among {6000 + copies:,} images; {says}"
+    line = f"duplicates     {copies} exact copies and 0 near among {6000 + copies:,} images; {says}"
     assert line in comparison_lines(verdict)
 
 
@@ -681,6 +686,40 @@ def test_eval_copies_the_example_gen_dropped_count_toward_the_duplicates_stop(tm
     with pytest.raises(DataValidationError) as stopped:
         _gate(tmp_path, train, evals, examples=examples)
     assert (
-        "  - duplicates: 100 of 6,100 images are exact copies of another image of this run "
-        "(100 eval images also in train, dropped; at most 1% accepted)"
+        "  - duplicates: 100 of 6,100 images are copies of another image of this run (100 exact, "
+        "0 near: the same picture re-encoded; 100 eval images also in train, dropped; at most 1% "
+        "accepted)"
     ) in str(stopped.value).splitlines()
+
+
+@pytest.mark.parametrize("copies, stops", [(20, False), (90, True)])
+def test_near_copies_count_with_exact_ones(tmp_path, copies, stops):
+    """The same pictures exported again one level brighter (as a re-encode leaves them): no
+    exact copy, each a near copy (the same difference hash); beyond 1% they stop the run."""
+    from pipeline.local.report_text import comparison_lines
+
+    images, labels = _sample(seed=2)
+    brighter = np.clip(images[:copies].astype(np.int16) + 1, 0, 255).astype(np.uint8)
+    train = np.concatenate([images, brighter]), np.concatenate([labels, labels[:copies]])
+    evals = _sample(seed=3, per_class=30)
+    examples = _span_examples(tmp_path, {"train": {0: train}, "eval": {0: evals}}, {0: "fp"})
+    total = 3000 + copies + 300
+    if not stops:
+        verdict = _gate(tmp_path, train, evals, examples=examples)
+        assert verdict["duplicates"]["copies"] == 0
+        # a brighter copy keeps its difference hash unless two neighbours' grey levels tie
+        assert copies * 0.9 <= verdict["duplicates"]["near_copies"] <= copies
+        copies = verdict["duplicates"]["near_copies"]
+        line = f"duplicates     0 exact copies and {copies} near among {total:,} images"
+        assert any(x.startswith(line) for x in comparison_lines(verdict))
+        return
+    with pytest.raises(DataValidationError) as stopped:
+        _gate(tmp_path, train, evals, examples=examples)
+    [line] = [x for x in str(stopped.value).splitlines() if x.startswith("  - duplicates: ")]
+    found = re.fullmatch(
+        rf"  - duplicates: (\d+) of {total:,} images are copies of another image of this run "
+        r"\(0 exact, (\d+) near: the same picture re-encoded; 0 eval images also in train; at "
+        r"most 1% accepted\)",
+        line,
+    )
+    assert found and found[1] == found[2] and copies * 0.9 <= int(found[1]) <= copies, line

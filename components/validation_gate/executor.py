@@ -205,9 +205,9 @@ def _stop_on(problems: list[str], drift, labels, copies):
 
 
 def _duplicates(examples: list) -> tuple[dict | None, list[str]]:
-    """Exact copies among the run's train and eval images, with the eval images the ExampleGen
-    dropped (None without the examples), and the problem line when there are more than
-    DUPLICATE_SHARE of them."""
+    """Exact and near copies among the run's train and eval images, with the eval images the
+    ExampleGen dropped (None without the examples), and the problem line when there are more
+    than DUPLICATE_SHARE of them."""
     if not examples:
         return None, []
     train, evals = (
@@ -217,13 +217,15 @@ def _duplicates(examples: list) -> tuple[dict | None, list[str]]:
     dropped = os.path.join(examples[0].uri, EVAL_DROPPED_FILE)  # none from older ExampleGens
     recorded = json.loads(io_utils.read_string_file(dropped)) if fileio.exists(dropped) else None
     copies = duplicates(train, evals, recorded)
-    if copies["copies"] <= DUPLICATE_SHARE * copies["images"]:
+    repeated = copies["copies"] + copies["near_copies"]
+    if repeated <= DUPLICATE_SHARE * copies["images"]:
         return copies, []
     dropped_copies = recorded["copies_of_train"] if recorded else 0
     also = copies["eval_in_train"] + dropped_copies
     return copies, [
-        f"duplicates: {copies['copies']:,} of {copies['images']:,} images are exact copies of "
-        f"another image of this run ({also:,} eval images also in train"
+        f"duplicates: {repeated:,} of {copies['images']:,} images are copies of another image "
+        f"of this run ({copies['copies']:,} exact, {copies['near_copies']:,} near: the same "
+        f"picture re-encoded; {also:,} eval images also in train"
         f"{', dropped' if dropped_copies else ''}; at most {DUPLICATE_SHARE:.0%} accepted)"
     ]
 

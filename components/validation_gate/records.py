@@ -4,15 +4,19 @@ a summary's domain. Only the label and summary features are parsed, in batches, 
 
 from __future__ import annotations
 
+import dataclasses
+
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 
 from components.contract import (
     IMAGE_KEY,
+    IMAGE_SHAPE,
     IMAGE_SUMMARY_FEATURES,
     LABEL_KEY,
     RECORD_ID_KEY,
     image_digest,
 )
+from components.validation_gate import near_copies
 from components.validation_gate.comparison import statistics_options
 
 _BATCH = 4096
@@ -92,35 +96,60 @@ def tolerated(count: int, records: int) -> bool:
     return count <= max(1, int(OUT_OF_DOMAIN_TOLERANCE * records))
 
 
-# More exact copies than this share of a run's images stop it (the shared 50,000 CIFAR-10
-# training images have none).
+# More exact or near copies than this share of a run's images stop it (CIFAR-10's 50,000
+# training images: no exact copy, one near copy; benchmarks/duplicate_thresholds.py).
 DUPLICATE_SHARE = 0.01
 
 
-def image_hashes(split_uri: str) -> list[bytes]:
-    """A digest of each record's pixels in a split folder (the ExampleGen's), in file order."""
+@dataclasses.dataclass(frozen=True)
+class Hashes:
+    """Per record of a split, in file order: the pixels' digest (exact copies) and their
+    difference hash (near copies: near_copies.py)."""
+
+    exact: list[bytes]
+    near: list[bytes]
+
+
+def image_hashes(split_uri: str) -> Hashes:
+    """Both hashes of each record's pixels in a split folder (the ExampleGen's), in one read.
+    An image of the wrong size (the gate stops it anyway) is its own near copy group."""
+    import numpy as np
     import tensorflow as tf
 
     spec = {IMAGE_KEY: tf.io.FixedLenFeature([], tf.string)}
     files = tf.io.gfile.glob(f"{split_uri}/*")
     records = tf.data.TFRecordDataset(files, compression_type="GZIP").batch(_BATCH)
-    found: list[bytes] = []
+    found = Hashes([], [])
+    size = int(np.prod(IMAGE_SHAPE))
     for batch in records.map(lambda b: tf.io.parse_example(b, spec)):
-        found.extend(image_digest(image) for image in batch[IMAGE_KEY].numpy())
+        images = list(batch[IMAGE_KEY].numpy())
+        exact = [image_digest(image) for image in images]
+        near = list(exact)
+        fit = [i for i, image in enumerate(images) if len(image) == size]
+        if fit:
+            pixels = np.frombuffer(b"".join(images[i] for i in fit), np.uint8)
+            for i, digest in zip(fit, near_copies.hashes(pixels.reshape(-1, *IMAGE_SHAPE))):
+                near[i] = digest
+        found.exact.extend(exact)
+        found.near.extend(near)
     return found
 
 
-def duplicates(train: list[bytes], evals: list[bytes], dropped: dict | None = None) -> dict:
-    """Exact copies among a run's images: `copies`, images beyond the first of each set of
-    identical ones (across both splits); `eval_in_train`, eval images with a copy in train.
-    `dropped`: what the ExampleGen dropped from eval (EVAL_DROPPED_FILE), kept as
+def duplicates(train: Hashes, evals: Hashes, dropped: dict | None = None) -> dict:
+    """Copies among a run's images: `copies`, images beyond the first of each set of
+    identical ones (across both splits); `near_copies`, the further images beyond the first
+    of each set with one difference hash; `eval_in_train`, eval images with an exact copy in
+    train. `dropped`: what the ExampleGen dropped from eval (EVAL_DROPPED_FILE), kept as
     `eval_dropped`; its copies of train images count among the run's images and copies."""
-    every = train + evals
-    seen = set(train)
+    every = train.exact + evals.exact
+    near = train.near + evals.near
+    seen = set(train.exact)
     copied = dropped["copies_of_train"] if dropped else 0
+    exact = len(every) - len(set(every))
     found = {
         "images": len(every) + copied,
-        "copies": len(every) - len(set(every)) + copied,
-        "eval_in_train": sum(1 for digest in evals if digest in seen),
+        "copies": exact + copied,
+        "near_copies": max(0, len(near) - len(set(near)) - exact),
+        "eval_in_train": sum(1 for digest in evals.exact if digest in seen),
     }
     return found | ({"eval_dropped": dropped} if dropped else {})

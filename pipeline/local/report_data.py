@@ -176,7 +176,12 @@ def duplicates_text(comparison: dict) -> str:
     copies = comparison.get("duplicates")
     if not copies:
         return ""
-    text = f"{copies['copies']:,} exact copies among {copies['images']:,} images"
+    near = copies.get("near_copies")  # absent from a gate that did not look for them
+    text = (
+        f"{copies['copies']:,} exact copies"
+        + ("" if near is None else f" and {near:,} near")
+        + f" among {copies['images']:,} images"
+    )
     dropped = copies.get("eval_dropped")
     if dropped is None:  # an ExampleGen that dropped nothing
         text += f" ({copies['eval_in_train']:,} eval images also in train)"
