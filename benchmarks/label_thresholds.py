@@ -174,7 +174,8 @@ def table(rows: list[dict]) -> str:
         lines.append(
             f"| {r['served']:,} ({r['accuracy']:.1%}) | {r['span']:,} | {r['case']} | "
             f"{r['exchange']:+.3f} | {r['noise']:.3f} ({r['reference_noise']:.3f}) | "
-            f"{r['noise'] - r['reference_noise']:+.3f} | {r['shift']:.3f} | "
+            f"{r['noise'] - r['reference_noise']:+.3f} | "
+            f"{'n/a' if r['shift'] is None else format(r['shift'], '.3f')} | "
             f"{'yes' if r['stopped'] else 'no'} | {r['score_seconds']:.1f} |"
         )
     return "\n".join(lines)
