@@ -40,7 +40,10 @@ REFERENCE_SAMPLE = 2000
 # docs/data-validation.md has the measured values).
 SHIFT_THRESHOLD = 0.1
 # Below this many images on either side the statistic's sampling noise nears the threshold.
-MIN_SHIFT_SAMPLE = 1000
+# 900, not 1,000: the eval split carved from 10,000 images holds 994-996 (class-balanced
+# floors), and a version served from them read 0.034-0.042 on clean spans
+# (docs/data-validation.md), well below the threshold.
+MIN_SHIFT_SAMPLE = 900
 SUSPECTS_KEPT = 100
 
 
