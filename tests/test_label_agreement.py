@@ -75,6 +75,16 @@ def test_a_less_sure_model_is_a_shift_and_small_samples_are_not_compared(served)
     )
 
 
+def test_a_version_served_from_10000_images_is_checked_for_shift():
+    """Its eval split (the class-balanced carve of 10,000 images) holds 994-996 images; with
+    a minimum of 1,000 a side the shift check never ran for such a version."""
+    true = _labels(996, 5)
+    small = la.reference(_model(true, 6), true)
+    assert small.sample is not None and len(small.sample) == 996
+    judged = _judge(_model(_labels(3000, 2), 3), _labels(3000, 2), small)
+    assert judged.shift is not None and judged.shift_skipped == ""
+
+
 def test_the_reference_keeps_tiny_probabilities_apart():
     """Rounded to decimals, the many near-zero probabilities became ties at 0, which made a
     clean span read as a shift of about 0.5."""
