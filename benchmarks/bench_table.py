@@ -162,6 +162,7 @@ def model_checks_text(results: dict) -> str:
     checks = results["model_checks"]
     return (
         f"{checks['total_seconds']:.1f} = labels {checks['label_seconds']:.1f} "
-        f"({checks['scored']:,} scored) + exact copies {checks['copy_seconds']:.1f} "
-        f"({checks['images']:,} images) + reference classes {checks['reference_seconds']:.1f}"
+        f"({checks['scored']:,} scored) + copies {checks['copy_seconds']:.1f} "
+        f"({checks['images']:,} images, exact and near) + reference classes "
+        f"{checks['reference_seconds']:.1f}"
     )

@@ -124,8 +124,8 @@ def test_the_model_aware_checks_cost_is_a_row_when_measured():
     }  # fmt: skip
     section = bench_docs.render_section(results, _machine("avx2-float32"), FACTS)
     assert (
-        "| model-aware checks, a next night (s) | 6.0 = labels 2.5 (4,500 scored) + exact "
-        "copies 0.5 (50,000 images) + reference classes 3.0 |" in section
+        "| model-aware checks, a next night (s) | 6.0 = labels 2.5 (4,500 scored) + copies 0.5 "
+        "(50,000 images, exact and near) + reference classes 3.0 |" in section
     )
 
 
