@@ -136,6 +136,15 @@ def _os_release(path: str = "/etc/os-release") -> str:
     return names.get("PRETTY_NAME", "").strip().strip('"')
 
 
+def measured_on() -> str:
+    """The first line a measurement prints: the commit (marked when the tree has uncommitted
+    changes) and this machine's CPU and kind."""
+    machine = detect_machine()
+    return (
+        f"commit {run_facts()['commit']}, {machine.model} ({machine.kind}, {machine.cores} cores)"
+    )
+
+
 def run_facts() -> dict[str, str]:
     """Commit, date, OS and stack of the bench that is being written down."""
     commit = _git("rev-parse", "--short", "HEAD") or "unknown"

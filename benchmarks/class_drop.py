@@ -28,8 +28,8 @@ import tempfile
 
 import numpy as np
 
-from benchmarks.bench_docs import detect_machine
-from benchmarks.label_thresholds import CAT, DOG, _archive
+from benchmarks.bench_docs import measured_on
+from benchmarks.label_thresholds import CAT, DOG, served_spans_arguments, write_archive
 from components import reference_images
 from components.cifar10_example_gen import sources
 from components.contract import LABEL_NAMES, NUM_CLASSES, REFERENCE_CHECK_FILE
@@ -72,7 +72,7 @@ def measure(data: str, served_sizes: list[int], span: int, samples: int, seed: i
     for size in served_sizes:
         with tempfile.TemporaryDirectory() as workdir:
             served = os.path.join(workdir, "span-1.tar.gz")
-            _archive(served, images[:size], labels[:size])
+            write_archive(served, images[:size], labels[:size])
             out = os.path.join(workdir, "out")
             first = os.path.join(workdir, "data-0")
             os.makedirs(os.path.join(first, "span-1"))
@@ -95,7 +95,7 @@ def measure(data: str, served_sizes: list[int], span: int, samples: int, seed: i
                 data_dir = os.path.join(workdir, f"data-{number}")
                 os.makedirs(os.path.join(data_dir, "span-2"))
                 os.symlink(os.path.join(first, "span-1"), os.path.join(data_dir, "span-1"))
-                _archive(os.path.join(data_dir, "span-2", "data.tar.gz"), given_images, given)
+                write_archive(os.path.join(data_dir, "span-2", "data.tar.gz"), given_images, given)
                 accept = ("--accept-labels", "--accept-drift", "--accept-duplicates")
                 status = _run(data_dir, out, "--warm-start", "--accuracy-gate", "1", *accept)
                 if status != 4:  # not blessed: nothing pushed, the next case sees the same
@@ -133,17 +133,8 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--served", type=int, action="append", help="default: 10000 and 25000")
-    parser.add_argument("--span", type=int, default=4000)
-    parser.add_argument("--samples", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    machine = detect_machine()
-    print(f"commit {commit or 'unknown'}, {machine.model} ({machine.kind}, {machine.cores} cores)")
+    args = served_spans_arguments(parser, span=4000).parse_args(argv)
+    print(measured_on())
     rows = measure(args.data, args.served or [10000, 25000], args.span, args.samples, args.seed)
     print(table(rows))
     return 0

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import io
-import subprocess
 import sys
 from collections import Counter
 
 import numpy as np
 
-from benchmarks.bench_docs import detect_machine
+from benchmarks.bench_docs import measured_on
 from components.cifar10_example_gen import sources
 from components.contract import image_digest
 from components.validation_gate import near_copies, records
@@ -88,11 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--share", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    machine = detect_machine()
-    print(f"commit {commit or 'unknown'}, {machine.model} ({machine.kind}, {machine.cores} cores)")
+    print(measured_on())
     print(table(measure(args.data, args.share, args.seed)))
     return 0
 

@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from benchmarks.bench_docs import detect_machine
+from benchmarks.bench_docs import measured_on
 from components import label_agreement
 from components.cifar10_example_gen import sources
 from components.contract import LABEL_NAMES, NUM_CLASSES
@@ -38,7 +38,7 @@ from components.served_versions import newest_complete_version
 CAT, DOG = LABEL_NAMES.index("cat"), LABEL_NAMES.index("dog")
 
 
-def _archive(path: str, images: np.ndarray, labels: np.ndarray) -> str:
+def write_archive(path: str, images: np.ndarray, labels: np.ndarray) -> str:
     """The official binary layout, 10,000 records a batch file."""
     members = {"cifar-10-batches-bin/batches.meta.txt": "\n".join(LABEL_NAMES).encode()}
     planar = images.transpose(0, 3, 1, 2).reshape(len(labels), -1)
@@ -57,7 +57,7 @@ def _archive(path: str, images: np.ndarray, labels: np.ndarray) -> str:
 
 def _served_version(images, labels, workdir: str) -> str:
     """Trains and pushes with the pipeline; returns the pushed version's folder."""
-    archive = _archive(os.path.join(workdir, "served.tar.gz"), images, labels)
+    archive = write_archive(os.path.join(workdir, "served.tar.gz"), images, labels)
     out = os.path.join(workdir, "run")
     command = [sys.executable, "-m", "pipeline.cli", "run", "--data", archive]
     command += ["--output-dir", out, "--accuracy-gate", "0", "--no-cache"]
@@ -181,19 +181,21 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def served_spans_arguments(parser: argparse.ArgumentParser, span: int) -> argparse.ArgumentParser:
+    """The flags of a measurement on versions served from --served images and spans of
+    --span images they never saw (this one and benchmarks/class_drop.py)."""
     parser.add_argument("--data", required=True)
     parser.add_argument("--served", type=int, action="append", help="default: 10000 and 25000")
-    parser.add_argument("--span", type=int, default=3000)
+    parser.add_argument("--span", type=int, default=span)
     parser.add_argument("--samples", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    machine = detect_machine()
-    print(f"commit {commit or 'unknown'}, {machine.model} ({machine.kind}, {machine.cores} cores)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    args = served_spans_arguments(parser, span=3000).parse_args(argv)
+    print(measured_on())
     rows = measure(args.data, args.served or [10000, 25000], args.span, args.samples, args.seed)
     print(table(rows))
     return 0

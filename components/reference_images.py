@@ -108,14 +108,6 @@ class ClassCheck:
         ]
         return sorted(found, key=lambda item: -item[1])
 
-    def largest_drop(self) -> tuple[int, float] | None:
-        pairs = [
-            (label, served - candidate)
-            for label, (served, candidate) in enumerate(zip(self.served, self.candidate))
-            if served is not None and candidate is not None
-        ]
-        return max(pairs, key=lambda item: item[1]) if pairs else None
-
     def problems(self) -> list[str]:
         return [
             f"class {LABEL_NAMES[label]} on the served version's {self.images:,} reference "
