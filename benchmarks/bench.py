@@ -40,6 +40,7 @@ import numpy as np
 
 from benchmarks import bench_docs
 from benchmarks.bench_table import render
+from benchmarks.model_checks import model_checks
 from components.cifar10_example_gen import sources
 from components.cifar10_example_gen.executor import to_example
 from components.cifar10_example_gen.sources import load_arrays
@@ -238,55 +239,6 @@ def pipeline_run(source: str, output_dir: Path, extra: list[str]) -> dict:
         "exit_status": done.returncode,
         "time_to_80_seconds": time_to_accuracy(summary, 0.80),
         "training_flops_to_84": training_flops_to_accuracy(summary, 0.84),
-    }
-
-
-def model_checks(serving_dir: Path, summary: RunSummary, scratch: Path) -> dict:
-    """(e): each model-aware check, timed, on the run's artifacts, as the next run's gate
-    and Evaluator would run them with this run's version served."""
-    from tfx.types import artifact_utils, standard_artifacts
-
-    from components.reference_images import MAX_CLASS_DROP
-    from components.served_state import executor as served_state
-    from components.validation_gate import labels, records
-
-    examples = standard_artifacts.Examples()
-    examples.uri = summary.artifacts["examples"]
-    examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
-    served = standard_artifacts.Model()
-    served.uri = str(scratch / "served")
-    serving = {"serving_model_dir": str(serving_dir)}
-    served_state.Executor().Do({}, {"served_model": [served]}, serving)
-    started = time.time()
-    judgement, why = labels.check_labels(
-        [examples], [served], summary.record_counts.get("train", 0), None
-    )
-    label_seconds = time.time() - started
-    started = time.time()
-    copies = records.duplicates(
-        *(records.image_hashes(artifact_utils.get_split_uri([examples], split))
-          for split in ("train", "eval"))
-    )  # fmt: skip
-    copy_seconds = time.time() - started
-    candidate = standard_artifacts.Model()
-    candidate.uri = summary.artifacts["model"]
-    evaluation, blessing = standard_artifacts.ModelEvaluation(), standard_artifacts.ModelBlessing()
-    evaluation.uri, blessing.uri = str(scratch / "evaluation"), str(scratch / "blessing")
-    started = time.time()
-    served_state.check_reference_classes(
-        {"model": [candidate], "baseline_model": [served]},
-        {"evaluation": [evaluation], "blessing": [blessing]},
-        MAX_CLASS_DROP,
-    )
-    reference_seconds = time.time() - started
-    return {
-        "images": copies["images"],
-        "scored": judgement.scored if judgement else 0,
-        "labels_not_judged": why,
-        "label_seconds": label_seconds,
-        "copy_seconds": copy_seconds,
-        "reference_seconds": reference_seconds,
-        "total_seconds": label_seconds + copy_seconds + reference_seconds,
     }
 
 

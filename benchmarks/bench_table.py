@@ -160,9 +160,11 @@ def model_checks_text(results: dict) -> str:
     """(e): what the gate's label and copy checks and the Evaluator's reference check cost,
     with the run's own version as the served model."""
     checks = results["model_checks"]
+    growth = checks.get("peak_growth_mb")  # absent from a bench.json written before it
     return (
         f"{checks['total_seconds']:.1f} = labels {checks['label_seconds']:.1f} "
         f"({checks['scored']:,} scored) + copies {checks['copy_seconds']:.1f} "
         f"({checks['images']:,} images, exact and near) + reference classes "
         f"{checks['reference_seconds']:.1f}"
+        + ("" if growth is None else f"; peak memory +{growth:,.0f} MB")
     )

@@ -9,11 +9,12 @@ on the first N images of the archive and pushes a version with its label referen
 spans drawn from the images it never saw are scored with that version (as DataValidationGate
 does) and judged: `--samples` disjoint clean spans, and one span with cat and dog labels
 exchanged, with 10% and 25% of labels replaced at random, its images rotated, upside down,
-in BGR order, grey, without red or noised. Prints a Markdown table: the largest exchange
-excess over all class pairs (the smaller of its two directions, minus the reference), the
-noise estimate's excess over the reference's and the representation shift (the largest per-class
-Kolmogorov-Smirnov statistic of the class probabilities against the eval split's); a row
-stops the run when one is beyond its margin.
+in BGR order, grey, without red, noised, or mirrored. Prints a Markdown table: the largest
+exchange excess over all class pairs (the smaller of its two directions, minus the
+reference), the noise estimate's excess over the reference's, the representation shift (the
+largest per-class Kolmogorov-Smirnov statistic of the class probabilities against the eval
+split's) and the embeddings' maximum mean discrepancy against the eval split's sample
+(components/embedding_shift.py); a row stops the run when one is beyond its margin.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import time
 import numpy as np
 
 from benchmarks.bench_docs import measured_on
-from components import label_agreement
+from components import embedding_shift, label_agreement, model_scoring
 from components.cifar10_example_gen import sources
 from components.contract import LABEL_NAMES, NUM_CLASSES
 from components.served_versions import newest_complete_version
@@ -66,15 +67,6 @@ def _served_version(images, labels, workdir: str) -> str:
     return os.path.join(serving, newest_complete_version(serving))
 
 
-def _probabilities(model, images: np.ndarray) -> np.ndarray:
-    import tensorflow as tf
-
-    return np.concatenate(
-        [tf.nn.softmax(model.logits(tf.constant(images[i : i + 512]))).numpy()
-         for i in range(0, len(images), 512)]
-    )  # fmt: skip
-
-
 def _exchange_excess(judgement: label_agreement.Judgement, served) -> float:
     observed = label_agreement.rates(judgement.counts)
     expected = label_agreement.rates(served.counts)
@@ -92,6 +84,7 @@ def _image_faults(images: np.ndarray, rng) -> dict[str, np.ndarray]:
     return {
         "rotated 90 degrees": np.rot90(images, 1, axes=(1, 2)).copy(),
         "upside down": images[:, ::-1].copy(),
+        "mirrored (left-right)": images[:, :, ::-1].copy(),
         "BGR channel order": images[..., ::-1].copy(),
         "grey": np.repeat(np.round(grey)[..., None], 3, -1).astype(np.uint8),
         "red channel dropped": images * np.array([0, 1, 1], np.uint8),
@@ -112,8 +105,6 @@ def _faults(labels: np.ndarray, rng) -> dict[str, np.ndarray]:
 
 
 def measure(data: str, served_sizes: list[int], span: int, samples: int, seed: int) -> list:
-    import tensorflow as tf
-
     arrays = sources.load_arrays(data, eval_fraction=0.1)
     images = np.concatenate([arrays["train"][0], arrays["eval"][0]])
     labels = np.concatenate([arrays["train"][1], arrays["eval"][1]])
@@ -125,9 +116,10 @@ def measure(data: str, served_sizes: list[int], span: int, samples: int, seed: i
             started = time.time()
             version = _served_version(images[:size], labels[:size], workdir)
             trained = time.time() - started
-            model = tf.saved_model.load(version)
             with open(os.path.join(version, label_agreement.REFERENCE_FILE)) as handle:
                 served = label_agreement.Reference.from_json(handle.read())
+            with open(os.path.join(version, embedding_shift.REFERENCE_FILE), "rb") as handle:
+                kept = embedding_shift.from_bytes(handle.read(), version)
             rng = np.random.default_rng(seed + size)
             spans = [(f"clean {i + 1}", size + i * span) for i in range(samples)]
             fault_start = size + samples * span
@@ -136,26 +128,28 @@ def measure(data: str, served_sizes: list[int], span: int, samples: int, seed: i
                 if chunk.stop > len(labels):
                     raise SystemExit(f"not enough unseen images for {samples} spans of {span}")
                 started = time.time()
-                probabilities = _probabilities(model, images[chunk])
+                probabilities, embeddings = model_scoring.scores(version, images[chunk])
                 seconds = time.time() - started
-                cases = {name: (probabilities, labels[chunk])}
+                cases = {name: (probabilities, embeddings, labels[chunk])}
                 if name == "faults":
                     cases = {
-                        case: (probabilities, given)
+                        case: (probabilities, embeddings, given)
                         for case, given in _faults(labels[chunk], rng).items()
                     }
                     for case, altered in _image_faults(images[chunk], rng).items():
-                        cases[case] = (_probabilities(model, altered), labels[chunk])
-                for case, (scored, given) in cases.items():
+                        cases[case] = (*model_scoring.scores(version, altered), labels[chunk])
+                for case, (scored, embedded, given) in cases.items():
                     ids = [str(i) for i in range(len(given))]
                     judged = label_agreement.judge(scored, given, ids, served, "")
+                    mmd = embedding_shift.mmd(kept, embedded)
                     rows.append({
                         "served": size, "span": span, "case": case,
                         "accuracy": float(np.trace(served.counts) / served.counts.sum()),
                         "exchange": _exchange_excess(judged, served),
                         "noise": judged.noise, "reference_noise": served.noise,
-                        "shift": judged.shift,
-                        "stopped": bool(judged.problems() or judged.shift_problems()),
+                        "shift": judged.shift, "mmd": mmd,
+                        "stopped": bool(judged.problems() or judged.shift_problems()
+                                        or mmd > embedding_shift.THRESHOLD),
                         "score_seconds": seconds, "train_seconds": trained,
                     })  # fmt: skip
     return rows
@@ -164,18 +158,19 @@ def measure(data: str, served_sizes: list[int], span: int, samples: int, seed: i
 def table(rows: list[dict]) -> str:
     lines = [
         f"exchange margin {label_agreement.EXCHANGE_MARGIN}, noise margin "
-        f"{label_agreement.NOISE_MARGIN}, shift threshold {label_agreement.SHIFT_THRESHOLD}",
+        f"{label_agreement.NOISE_MARGIN}, shift threshold {label_agreement.SHIFT_THRESHOLD}, "
+        f"embedding threshold {embedding_shift.THRESHOLD}",
         "",
         "| served images (eval acc.) | span | data | exchange excess | noise est. "
-        "(reference) | noise excess | shift (KS) | stopped | scoring s |",
-        "|---|---:|---|---:|---:|---:|---:|---|---:|",
+        "(reference) | noise excess | shift (KS) | embeddings (MMD) | stopped | scoring s |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['served']:,} ({r['accuracy']:.1%}) | {r['span']:,} | {r['case']} | "
             f"{r['exchange']:+.3f} | {r['noise']:.3f} ({r['reference_noise']:.3f}) | "
             f"{r['noise'] - r['reference_noise']:+.3f} | "
-            f"{'n/a' if r['shift'] is None else format(r['shift'], '.3f')} | "
+            f"{'n/a' if r['shift'] is None else format(r['shift'], '.3f')} | {r['mmd']:.4f} | "
             f"{'yes' if r['stopped'] else 'no'} | {r['score_seconds']:.1f} |"
         )
     return "\n".join(lines)

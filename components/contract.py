@@ -56,6 +56,10 @@ IMAGES_INPUT = "images"
 EXAMPLES_INPUT = "examples"
 PROBABILITIES_KEY = "probabilities"
 CLASSES_KEY = "classes"
+# The outputs of an export's one-view `features` function (uint8 images -> both): the
+# network's logits and its penultimate layer, for the checks a next run makes.
+LOGITS_KEY = "logits"
+EMBEDDINGS_KEY = "embeddings"
 
 # Node ids of the pipeline, as ML Metadata records them.
 EXAMPLE_GEN_NODE = "Cifar10ExampleGen"

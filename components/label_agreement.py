@@ -177,17 +177,31 @@ class Judgement:
     shift: float | None = None  # representation_shift; None: the reference keeps no sample
     shift_class: int = 0
     shift_skipped: str = ""  # why the shift was not measured
+    # The embeddings' maximum mean discrepancy (components/embedding_shift.py), measured by
+    # the gate; None: not measured, and why.
+    embedding_shift: float | None = None
+    embedding_threshold: float = 0.0
+    embedding_compared: str = ""  # what was compared, e.g. "3,000 scored images against ..."
+    embedding_skipped: str = "not measured"
 
     def shift_problems(self) -> list[str]:
         """The images' drift as the served model sees it (overridden with --accept-drift)."""
-        if self.shift is None or self.shift <= SHIFT_THRESHOLD:
-            return []
-        return [
-            f"drift: the served model's class probabilities: Kolmogorov-Smirnov statistic "
-            f"{self.shift:.3f} > threshold {SHIFT_THRESHOLD:g} (class "
-            f"'{LABEL_NAMES[self.shift_class]}'; {self.scored:,} scored images against its own "
-            "eval split): the images look unlike the data it was trained on"
-        ]
+        lines = []
+        if self.shift is not None and self.shift > SHIFT_THRESHOLD:
+            lines.append(
+                f"drift: the served model's class probabilities: Kolmogorov-Smirnov statistic "
+                f"{self.shift:.3f} > threshold {SHIFT_THRESHOLD:g} (class "
+                f"'{LABEL_NAMES[self.shift_class]}'; {self.scored:,} scored images against its "
+                "own eval split): the images look unlike the data it was trained on"
+            )
+        if self.embedding_shift is not None and self.embedding_shift > self.embedding_threshold:
+            lines.append(
+                f"drift: the served model's embeddings (its penultimate layer): maximum mean "
+                f"discrepancy {self.embedding_shift:.4f} > threshold "
+                f"{self.embedding_threshold:g} ({self.embedding_compared}): the images look "
+                "unlike the data it was trained on"
+            )
+        return lines
 
     @property
     def noise_over(self) -> bool:
@@ -234,6 +248,10 @@ class Judgement:
             "shift_class": LABEL_NAMES[self.shift_class],
             "shift_threshold": SHIFT_THRESHOLD,
             "shift_skipped": self.shift_skipped,
+            "embedding_shift": self.embedding_shift,
+            "embedding_threshold": self.embedding_threshold,
+            "embedding_compared": self.embedding_compared,
+            "embedding_skipped": self.embedding_skipped if self.embedding_shift is None else "",
             "suspects": self.suspects,
         }  # fmt: skip
 

@@ -128,18 +128,38 @@ class _Oracle:
         penalty = 50.0 * (tf.cast(wrong_channel, tf.float32) + tf.cast(wrong_stripes, tf.float32))
         return -4.0 * distance - penalty
 
+    @staticmethod
+    def features(images):
+        """Its logits, and an embedding: the mean of each channel, and how much brighter
+        than the image every fourth row and every fourth column are (rotated images move
+        stripes from rows to columns)."""
+        import tensorflow as tf
 
-def _save_oracle(folder, reference=True):
-    """The oracle as a SavedModel with a `logits` function, and its label reference on a
-    clean sample (as the Trainer writes one) unless `reference` is False."""
+        x = tf.cast(images, tf.float32) / 255.0
+        lines, mean = tf.range(32) % 4 == 0, tf.reduce_mean(x, axis=[1, 2, 3])
+
+        def striped(axis):
+            return 4.0 * (tf.reduce_mean(tf.boolean_mask(x, lines, axis=axis), [1, 2, 3]) - mean)
+
+        embedding = tf.concat(
+            [tf.reduce_mean(x, axis=[1, 2]), tf.stack([striped(1), striped(2)], axis=1)], axis=1
+        )
+        return {"embeddings": embedding, "logits": _Oracle.logits(images)}
+
+
+def _save_oracle(folder, reference=True, features=True):
+    """The oracle as a SavedModel with a `logits` function (and `features` unless `features`
+    is False), and its label reference and embedding sample on a clean sample (as the Trainer
+    writes them) unless `reference` is False."""
     import tensorflow as tf
 
-    from components import label_agreement
+    from components import embedding_shift, label_agreement
 
     module = tf.Module()
-    module.logits = tf.function(
-        _Oracle.logits, input_signature=[tf.TensorSpec([None, 32, 32, 3], tf.uint8)]
-    )
+    spec = [tf.TensorSpec([None, 32, 32, 3], tf.uint8)]
+    module.logits = tf.function(_Oracle.logits, input_signature=spec)
+    if features:
+        module.features = tf.function(_Oracle.features, input_signature=spec)
     tf.saved_model.save(module, str(folder))
     if reference:
         images, labels = _sample(seed=9, per_class=100)
@@ -147,14 +167,16 @@ def _save_oracle(folder, reference=True):
         found = label_agreement.reference(probabilities, labels)
         (folder / "assets.extra").mkdir(exist_ok=True)
         (folder / label_agreement.REFERENCE_FILE).write_text(found.to_json())
+        embeddings = _Oracle.features(images)["embeddings"].numpy()
+        (folder / embedding_shift.REFERENCE_FILE).write_bytes(embedding_shift.to_bytes(embeddings))
 
 
-def _served(tmp_path, statistics, version="1700000000", reference=True):
+def _served(tmp_path, statistics, version="1700000000", reference=True, features=True):
     """A serving folder whose newest version (the oracle) keeps `statistics` (None: keeps
     none)."""
     folder = tmp_path / "serving" / version
     folder.mkdir(parents=True)
-    _save_oracle(folder, reference)
+    _save_oracle(folder, reference, features)
     if statistics is not None:
         _write(str(folder / SERVED_STATISTICS_FILE), statistics)
     return tmp_path / "serving"
@@ -425,7 +447,8 @@ def test_drift_over_a_window_compares_only_the_spans_the_served_model_has_not_se
     train = tuple(np.concatenate(parts) for parts in zip(seen, unseen))
     with pytest.raises(DataValidationError) as stopped:
         _gate(tmp_path, train, train, serving, examples=examples)
-    [line] = [x for x in str(stopped.value).splitlines() if x.startswith("  - drift: ")]
+    lines = str(stopped.value).splitlines()
+    [line] = [x for x in lines if x.startswith("  - drift: feature")]
     assert line.startswith("  - drift: feature 'label': L-infinity distance 0.1")
     assert line.endswith(
         "(span 2 of this run's train split (new to the served model) against the training "
@@ -491,6 +514,9 @@ def test_the_served_model_judges_clean_labels_and_they_pass(tmp_path, served_sta
     assert labels["scored"] == 3000 and labels["exchanged"] == [] and not labels["noise_over"]
     assert labels["reference"] == "served version 1700000000 on its own eval split"
     assert np.trace(np.array(labels["confusion"])) == 3000  # the oracle is right on each
+    # The unbiased estimate: near 0 on either side for one distribution.
+    assert abs(labels["embedding_shift"]) < 0.001 and labels["embedding_threshold"] == 0.005
+    assert labels["embedding_compared"] == "1,500 scored images against 1,000 of its own eval split"
 
 
 def test_exchanged_labels_stop_the_run_naming_the_pair(tmp_path, served_statistics):
@@ -579,14 +605,47 @@ def test_images_the_served_model_sees_differently_stop_the_run_as_drift(
     with pytest.raises(DataValidationError) as stopped:
         _label_gate(tmp_path, rotated, serving)
     lines = str(stopped.value).splitlines()
-    [line] = [x for x in lines if x.startswith("  - drift: ")]
+    [line, embedded] = [x for x in lines if x.startswith("  - drift: ")]
     assert line.startswith("  - drift: the served model's class probabilities: Kolmogorov-Smirnov")
     assert "> threshold 0.1 (class" in line and "3,000 scored images" in line
+    assert re.fullmatch(
+        r"  - drift: the served model's embeddings \(its penultimate layer\): maximum mean "
+        r"discrepancy \d\.\d{4} > threshold 0\.005 \(1,500 scored images against 1,000 of its "
+        r"own eval split\): the images look unlike the data it was trained on",
+        embedded,
+    )
     assert not any("feature" in x for x in lines if x.startswith("  - drift"))  # TFDV saw none
     assert lines[-1] == "(the data drifted: --accept-drift trains on it anyway)"
     verdict = _label_gate(tmp_path / "accepted", rotated, serving, accept_drift=True)
     assert verdict["drift_accepted"] is True and verdict["labels"]["shift"] > 0.1
     assert verdict["accepted_stops (MLMD)"] == "drift"
+
+
+@pytest.mark.parametrize(
+    "served_as, says",
+    [
+        ({"features": False}, "served version 1700000000 exports no embeddings"),
+        ({"damaged": True}, "not compared: .*embedding_reference.npz: not an embedding sample .*"),
+        ({"reference": False}, "served version 1700000000 keeps no embedding sample"),
+    ],
+)
+def test_a_served_version_without_usable_embeddings_says_the_check_did_not_run(
+    tmp_path, served_statistics, served_as, says
+):
+    """An older export (no `features` function, or no sample kept) or a damaged sample: the
+    embedding check says why it did not run, and the rest of the gate goes on."""
+    from components import embedding_shift
+    from pipeline.local.report_text import comparison_lines
+
+    damaged = served_as.pop("damaged", False)
+    serving = _served(tmp_path, served_statistics, **served_as)
+    if damaged:
+        (serving / "1700000000" / embedding_shift.REFERENCE_FILE).write_bytes(b"not numpy")
+    verdict = _label_gate(tmp_path, _sample(seed=2), serving)
+    labels = verdict["labels"]
+    assert labels["embedding_shift"] is None and re.fullmatch(says, labels["embedding_skipped"])
+    [line] = [x for x in comparison_lines(verdict) if "embeddings" in x]
+    assert line.startswith("  the served model's embeddings: not compared, ")
 
 
 def test_the_shift_statistic_is_kolmogorov_smirnovs():

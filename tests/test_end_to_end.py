@@ -58,15 +58,17 @@ def test_run_blesses_and_pushes_with_a_full_summary(first_run):
 def test_the_bench_times_the_model_aware_checks_of_a_next_night(first_run, tmp_path):
     """`make bench`'s (e) on a real run: the gate's label and copy checks and the
     Evaluator's reference check, with the run's version served."""
-    from benchmarks import bench
+    from benchmarks.model_checks import model_checks
 
     out, _, _ = first_run
-    checks = bench.model_checks(out / "serving" / "cifar10", RunSummary.load(out), tmp_path)
+    checks = model_checks(out / "serving" / "cifar10", RunSummary.load(out), tmp_path)
     assert checks["images"] == 1200 and checks["scored"] == 1080
     assert checks["labels_not_judged"] == ""
     assert checks["total_seconds"] == pytest.approx(
         checks["label_seconds"] + checks["copy_seconds"] + checks["reference_seconds"]
     )
+    # Scoring 1,080 images in batches of 512 holds some MB; not the whole process's size.
+    assert 1 < checks["peak_growth_mb"] < 1024
     found = json.loads((tmp_path / "evaluation" / "reference_classes.json").read_text())
     assert found["images"] == 120  # the version's own eval split: the candidate is the same model
     assert found["problems"] == []

@@ -23,9 +23,10 @@ import os
 import numpy as np
 from absl import logging
 
-from components import label_agreement, object_store, reference_images
+from components import embedding_shift, label_agreement, object_store, reference_images
 from components.contract import (
     CLASSES_KEY,
+    EMBEDDINGS_KEY,
     EXAMPLES_INPUT,
     EXAMPLES_SIGNATURE,
     IMAGE_SHAPE,
@@ -33,6 +34,7 @@ from components.contract import (
     IMAGES_INPUT,
     IMAGES_SIGNATURE,
     LABEL_NAMES,
+    LOGITS_KEY,
     NUM_CLASSES,
     PROBABILITIES_KEY,
     SAVED_MODEL_FILE,
@@ -83,6 +85,7 @@ class ServingModule(tf.Module):
         # those of the network the signatures run, airbench with BatchNorm folded in
         # (inference.py).
         self.network = self._no_dependency(inference.folded(network))
+        self.embedding_network = self._no_dependency(inference.with_embeddings(self.network))
         # flip_translate_shared runs the stem once per image, the rest once per view; no
         # other augmentation needs the two halves built.
         shared = test_time_augmentation == "flip_translate_shared"
@@ -194,6 +197,13 @@ class ServingModule(tf.Module):
         """The network alone on uint8 images, one view, no averaging: for analysis."""
         return self.network(images, training=False)
 
+    @tf.function(input_signature=[tf.TensorSpec([None, *IMAGE_SHAPE], tf.uint8)])
+    def features(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`logits` and the network's penultimate layer (EMBEDDINGS_KEY), in one pass: what a
+        next run's checks ask the served model (components/model_scoring.py)."""
+        embeddings, logits = self.embedding_network(images, training=False)
+        return {EMBEDDINGS_KEY: tf.cast(embeddings, tf.float32), LOGITS_KEY: logits}
+
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=IMAGES_INPUT)])
     def serve_images(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         def decode(encoded: tf.Tensor) -> tf.Tensor:
@@ -244,14 +254,17 @@ def export_serving_model(
 def write_label_reference(
     network: keras.Model, images: tf.Tensor, labels: tf.Tensor, export_dir: str, batch: int = 512
 ) -> None:
-    """The model's label reference (components/label_agreement.py) on the eval split, in the
-    export's assets.extra/: what agreement between its predictions and clean labels looks
-    like, against which a later run judges a new span's labels. One view, as `logits`."""
-    probabilities = [
-        tf.nn.softmax(tf.cast(network(images[start : start + batch], training=False),
-                              tf.float32)).numpy()
-        for start in range(0, int(images.shape[0]), batch)
-    ]  # fmt: skip
+    """The model's label reference (components/label_agreement.py) and a sample of its
+    embeddings (components/embedding_shift.py) on the eval split, in the export's
+    assets.extra/: what clean labels and clean images look like to it, against which a later
+    run judges a new span. One view, by the network `features` runs (folded: its embeddings
+    are scaled unlike the trained network's)."""
+    both = inference.with_embeddings(inference.folded(network))
+    probabilities, embeddings = [], []
+    for start in range(0, int(images.shape[0]), batch):
+        embedded, logits = both(images[start : start + batch], training=False)
+        probabilities.append(tf.nn.softmax(tf.cast(logits, tf.float32)).numpy())
+        embeddings.append(tf.cast(embedded, tf.float32).numpy())
     if not probabilities:
         return
     found = label_agreement.reference(np.concatenate(probabilities), labels.numpy())
@@ -259,6 +272,8 @@ def write_label_reference(
     tf.io.gfile.makedirs(os.path.dirname(path))
     with tf.io.gfile.GFile(path, "w") as handle:
         handle.write(found.to_json())
+    with tf.io.gfile.GFile(os.path.join(export_dir, embedding_shift.REFERENCE_FILE), "wb") as out:
+        out.write(embedding_shift.to_bytes(np.concatenate(embeddings)))
 
 
 def write_reference_images(

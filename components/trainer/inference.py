@@ -127,6 +127,15 @@ def folded(network: keras.Model) -> keras.Model:
     return inference
 
 
+def with_embeddings(network: keras.Model) -> keras.Model:
+    """`network` with two outputs: the input of its last Dense layer (its penultimate
+    representation, the embedding) and its logits. The same layers, no copy."""
+    dense = [layer for layer in network.layers if isinstance(layer, keras.layers.Dense)]
+    if not dense:
+        raise ValueError(f"{network.name}: no Dense layer, so no embedding before it")
+    return keras.Model(network.inputs, [dense[-1].input, network.output], name=network.name)
+
+
 def split(inference: keras.Model) -> tuple[keras.Model, keras.Model] | None:
     """`folded`'s network in two halves that share its layers: the stem and the first
     convolution (uint8 images of any size -> that convolution's output, before its max-pool),

@@ -23,7 +23,8 @@ class DataValidationGate(base_component.BaseComponent):
     """
 
     SPEC_CLASS = DataValidationGateSpec
-    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)
+    # A Beam executor: the served model scores a sample of the records in a Beam step.
+    EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(Executor)
 
     def __init__(
         self,

@@ -8,7 +8,7 @@ import os
 
 from absl import logging
 from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
-from tfx.dsl.components.base import base_executor
+from tfx.dsl.components.base import base_beam_executor
 from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
@@ -234,15 +234,15 @@ def _duplicates(examples: list) -> tuple[dict | None, list[str]]:
 ACCEPTED_PROPERTY = "accepted_stops"
 
 
-def _labels(train, examples: list, served: list, unseen: list[int] | None):
-    """The served model's judgement of the new records' labels, or None and why not."""
-    if not examples:
-        return None, "no examples given to the gate"
-    records = train.datasets[0].num_examples if train.datasets else 0
-    return check_labels(examples, served, records, unseen)
+class Executor(base_beam_executor.BaseBeamExecutor):
+    def _labels(self, train, examples: list, served: list, unseen, output_uri: str):
+        """The served model's judgement of the new records' labels (scored in a Beam
+        pipeline with the run's Beam arguments), or None and why not."""
+        if not examples:
+            return None, "no examples given to the gate"
+        records = train.datasets[0].num_examples if train.datasets else 0
+        return check_labels(examples, served, records, unseen, output_uri, self._make_beam_pipeline)
 
-
-class Executor(base_executor.BaseExecutor):
     def Do(self, input_dict, output_dict, exec_properties) -> None:
         statistics = artifact_utils.get_single_instance(input_dict["statistics"])
         anomalies = artifact_utils.get_single_instance(input_dict["anomalies"])
@@ -267,7 +267,7 @@ class Executor(base_executor.BaseExecutor):
         skew, drift = _comparisons(statistics, train, schema, served, output.uri, examples, unseen)
         problems.extend(skew.problems())
         copies, duplicated = _duplicates(examples)
-        labels, why_not = _labels(train, examples, served, unseen)
+        labels, why_not = self._labels(train, examples, served, unseen, output.uri)
         drifted = drift.problems() + (labels.shift_problems() if labels else [])
         mislabelled = labels.problems() if labels else []
         if mislabelled and drifted:

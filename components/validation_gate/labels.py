@@ -1,84 +1,50 @@
-"""The label check: a sample of the span's new records scored by the served model (batched, on
-the records' raw pixels), judged by components/label_agreement.py against the reference the
-served version keeps."""
+"""The label check: a sample of the span's new records scored by the served model (a Beam
+step, components/validation_gate/scoring.py, on the records' raw pixels), judged by
+components/label_agreement.py against the reference the served version keeps, and its
+embeddings compared with the served version's (components/embedding_shift.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
-import numpy as np
-import tensorflow as tf
+import apache_beam as beam
 from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from components import label_agreement, model_scoring
-from components.contract import (
-    IMAGE_KEY,
-    IMAGE_SHAPE,
-    LABEL_KEY,
-    RECORD_ID_KEY,
-    TRAIN_SPLIT,
-)
+from components import embedding_shift, label_agreement
+from components.contract import TRAIN_SPLIT
 from components.served_versions import load_served_state
+from components.validation_gate import scoring
 
 # Fewer scored records than this say more about the sample than about the labels.
 MIN_SCORED = 500
 
 
-def _sample(split_uri: str, every: int, spans: list[int] | None):
-    """(serialized, images uint8, labels, record ids) of every `every`-th record of the
-    split (of `spans` only, when given), in file order."""
-    spec = {
-        IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
-        LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
-        RECORD_ID_KEY: tf.io.FixedLenFeature([], tf.string),
-    }
-    pattern = "span-(" + "|".join(str(int(n)) for n in spans or ()) + ")/.*"
-    files = tf.io.gfile.glob(f"{split_uri}/*")
-    records = tf.data.TFRecordDataset(files, compression_type="GZIP")
-    if spans:
-        ids = records.map(
-            lambda r: tf.io.parse_single_example(r, {RECORD_ID_KEY: spec[RECORD_ID_KEY]})
-        )
-        records = (
-            tf.data.Dataset.zip((records, ids))
-            .filter(lambda r, parsed: tf.strings.regex_full_match(parsed[RECORD_ID_KEY], pattern))
-            .map(lambda r, _: r)
-        )
-    records = records.shard(every, 0).batch(4096)
-    parts = {"serialized": [], IMAGE_KEY: [], LABEL_KEY: [], RECORD_ID_KEY: []}
-    for batch in records:
-        parsed = tf.io.parse_example(batch, spec)
-        parts["serialized"].append(batch.numpy())
-        pixels = tf.io.decode_raw(parsed[IMAGE_KEY], tf.uint8)
-        parts[IMAGE_KEY].append(tf.reshape(pixels, [-1, *IMAGE_SHAPE]).numpy())
-        parts[LABEL_KEY].append(parsed[LABEL_KEY].numpy())
-        parts[RECORD_ID_KEY].extend(x.decode() for x in parsed[RECORD_ID_KEY].numpy())
-    if not parts[LABEL_KEY]:
-        return np.zeros(0, object), np.zeros((0, *IMAGE_SHAPE), np.uint8), np.zeros(0, int), []
-    return (
-        np.concatenate(parts["serialized"]),
-        np.concatenate(parts[IMAGE_KEY]),
-        np.concatenate(parts[LABEL_KEY]),
-        parts[RECORD_ID_KEY],
-    )
-
-
 def check_labels(
-    examples: list, served: list, train_records: int, spans: list[int] | None
+    examples: list,
+    served: list,
+    train_records: int,
+    spans: list[int] | None,
+    output_dir: str,
+    make_pipeline=beam.Pipeline,
 ) -> tuple[label_agreement.Judgement | None, str]:
-    """(judgement, '') or (None, why the labels were not judged)."""
+    """(judgement, '') or (None, why the labels were not judged). The scoring is a Beam
+    pipeline from `make_pipeline` (components/validation_gate/scoring.py) that leaves the
+    scored sample in `output_dir`."""
     state = load_served_state(served[0].uri) if served else None
     if state is None or state.version is None:
         return None, "no served model: nothing to ask"
     model_dir = path_utils.serving_model_dir(served[0].uri)
     every = max(1, math.ceil(train_records / label_agreement.SCORED_SAMPLE))
     split_uri = artifact_utils.get_split_uri(examples, TRAIN_SPLIT)
-    serialized, images, labels, ids = _sample(split_uri, every, spans)
-    if len(labels) < MIN_SCORED:
-        return None, f"too few records to judge the labels ({len(labels):,} < {MIN_SCORED:,})"
+    scored = scoring.score_sample(split_uri, model_dir, every, spans, output_dir, make_pipeline)
+    if len(scored.labels) < MIN_SCORED:
+        return None, (
+            f"too few records to judge the labels ({len(scored.labels):,} < {MIN_SCORED:,})"
+        )
     reference_path = os.path.join(model_dir, label_agreement.REFERENCE_FILE)
     if fileio.exists(reference_path):
         with fileio.open(reference_path) as handle:
@@ -90,5 +56,37 @@ def check_labels(
             f"served version {state.version} keeps no reference: judged against "
             f"{label_agreement.DEFAULT_CONFUSION:.0%} confusion"
         )
-    probabilities = model_scoring.probabilities(model_dir, images, serialized)
-    return label_agreement.judge(probabilities, labels, ids, reference, name), ""
+    judgement = label_agreement.judge(
+        scored.probabilities, scored.labels, scored.ids, reference, name
+    )
+    shift = _embedding_shift(model_dir, scored.embeddings, state.version)
+    return dataclasses.replace(judgement, **shift), ""
+
+
+def _embedding_shift(model_dir: str, embeddings, version: str) -> dict:
+    """The Judgement's embedding fields: the scored images' embeddings against the served
+    version's sample of its eval split's (components/embedding_shift.py), or why not."""
+    path = os.path.join(model_dir, embedding_shift.REFERENCE_FILE)
+    if embeddings is None:
+        return {"embedding_skipped": f"served version {version} exports no embeddings"}
+    if not fileio.exists(path):
+        return {"embedding_skipped": f"served version {version} keeps no embedding sample"}
+    try:
+        with fileio.open(path, "rb") as handle:
+            kept = embedding_shift.from_bytes(handle.read(), path)
+        sizes = (len(kept), len(embedding_shift.every_kth(embeddings)))
+        if min(sizes) < label_agreement.MIN_SHIFT_SAMPLE:
+            return {
+                "embedding_skipped": f"too few images ({sizes[0]:,} of its eval split, "
+                f"{sizes[1]:,} scored; {label_agreement.MIN_SHIFT_SAMPLE:,} each needed)"
+            }
+        value = embedding_shift.mmd(kept, embeddings)
+    except ValueError as err:  # a damaged sample, or one of another network's width
+        return {"embedding_skipped": f"not compared: {err}"}
+    return {
+        "embedding_shift": value,
+        "embedding_threshold": embedding_shift.THRESHOLD,
+        "embedding_compared": f"{sizes[1]:,} scored images against {sizes[0]:,} of its own "
+        "eval split",
+        "embedding_skipped": "",
+    }

@@ -71,6 +71,16 @@ def _label_lines(comparison: dict) -> list[str]:
         lines.append(
             f"  the served model's view of the images: not compared, {labels['shift_skipped']}"
         )
+    if labels.get("embedding_shift") is not None:
+        lines.append(
+            f"  the served model's embeddings: maximum mean discrepancy "
+            f"{labels['embedding_shift']:.4f} (threshold {labels['embedding_threshold']:g}; "
+            f"{labels['embedding_compared']})"
+        )
+    elif labels.get("embedding_skipped"):
+        lines.append(
+            f"  the served model's embeddings: not compared, {labels['embedding_skipped']}"
+        )
     if comparison.get("labels_accepted"):
         lines.append("  ACCEPTED with --accept-labels")
     return lines

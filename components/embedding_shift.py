@@ -1,0 +1,83 @@
+"""Representation drift on the served model's embeddings (issue 55): its penultimate layer on
+a new span against the same layer on its own eval split, by the maximum mean discrepancy.
+
+The Trainer keeps a sample of the eval split's embeddings beside every export
+(`assets.extra/embedding_reference.npz`, which TF Serving ignores and every pusher copies);
+DataValidationGate embeds the records it scores with the served model in the same pass
+(`features`, components/model_scoring.py) and compares. The eval split, not the training
+data: the model has fitted its training images, so their embeddings sit apart from any new
+image's, clean or not.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+REFERENCE_FILE = "assets.extra/embedding_reference.npz"
+# Rows of the eval split's embeddings kept (float16) and rows of a span compared: the kernel
+# matrices are SAMPLE x SAMPLE (32 MB each at 2,000).
+SAMPLE = 2000
+# The span's embeddings look unlike the eval split's when the (unbiased) squared MMD exceeds
+# this (docs/data-validation.md has the measured values: clean spans under 0.0005, rotated,
+# recoloured or noised ones 0.011 and more).
+THRESHOLD = 0.005
+_PAIRS_FOR_BANDWIDTH = 500
+
+
+def every_kth(rows: np.ndarray, kept: int = SAMPLE) -> np.ndarray:
+    """At most `kept` rows, evenly spaced (deterministic)."""
+    return rows[:: max(1, -(-len(rows) // kept))]
+
+
+def to_bytes(embeddings: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, embeddings=every_kth(embeddings).astype(np.float16))
+    return buffer.getvalue()
+
+
+def from_bytes(data: bytes, name: str) -> np.ndarray:
+    """The kept sample; ValueError naming `name` when it is not one."""
+    try:
+        with np.load(io.BytesIO(data)) as archive:
+            embeddings = archive["embeddings"]
+    except (OSError, ValueError, KeyError) as err:
+        raise ValueError(f"{name}: not an embedding sample ({err})") from err
+    if embeddings.ndim != 2 or not len(embeddings):
+        raise ValueError(f"{name}: expected [images, dimensions], found shape {embeddings.shape}")
+    if not np.isfinite(embeddings).all():
+        raise ValueError(f"{name}: the embedding sample holds values that are not finite")
+    return embeddings.astype(np.float64)
+
+
+def _squared_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.maximum(
+        (a * a).sum(axis=1)[:, None] + (b * b).sum(axis=1)[None, :] - 2.0 * a @ b.T, 0.0
+    )
+
+
+def mmd(reference: np.ndarray, span: np.ndarray) -> float:
+    """The unbiased squared maximum mean discrepancy (Gretton et al. 2012) between the
+    reference's embeddings and at most SAMPLE of the span's, with a Gaussian kernel whose
+    width is the median distance between reference embeddings (fixed by the reference, so a
+    span cannot widen it). 0 for samples of one distribution (give or take sampling noise),
+    up to 2 for samples that share nothing."""
+    x, y = every_kth(reference), every_kth(span)
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(
+            f"the span's embeddings have {y.shape[1]} dimensions, the reference's {x.shape[1]}"
+        )
+    pairs = every_kth(x, _PAIRS_FOR_BANDWIDTH)
+    within = _squared_distances(pairs, pairs)[np.triu_indices(len(pairs), k=1)]
+    width = float(np.median(within)) or 1.0
+
+    def mean_kernel(a, b, same: bool) -> float:
+        kernel = np.exp(-_squared_distances(a, b) / width)
+        if not same:
+            return float(kernel.mean())
+        n = len(a)
+        return float((kernel.sum() - np.trace(kernel)) / (n * (n - 1)))
+
+    between = mean_kernel(x, y, False)
+    return round(mean_kernel(x, x, True) + mean_kernel(y, y, True) - 2 * between, 4)
