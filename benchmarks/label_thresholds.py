@@ -2,7 +2,7 @@
 measurement EXCHANGE_MARGIN and NOISE_MARGIN (components/label_agreement.py) are set from.
 
     python -m benchmarks.label_thresholds --data cifar-10-binary-train.tar.gz \
-        [--served 10000 --served 25000] [--span 3000] [--samples 3]
+        [--served 10000 --served 25000] [--span 3000] [--samples 3] [--warm-start 4000]
 
 For each served size: the pipeline (`cifar10-pipeline run`, default recipe, no gate) trains
 on the first N images of the archive and pushes a version with its label reference; then
@@ -56,13 +56,28 @@ def write_archive(path: str, images: np.ndarray, labels: np.ndarray) -> str:
     return path
 
 
-def _served_version(images, labels, workdir: str) -> str:
-    """Trains and pushes with the pipeline; returns the pushed version's folder."""
-    archive = write_archive(os.path.join(workdir, "served.tar.gz"), images, labels)
+def _served_version(images, labels, workdir: str, warm_start: int = 0) -> str:
+    """Trains and pushes with the pipeline; returns the pushed version's folder. With
+    `warm_start` N, the last N images are a second span the nightly command
+    (`run --warm-start`) fine-tunes the first version on, and that version is returned."""
     out = os.path.join(workdir, "run")
-    command = [sys.executable, "-m", "pipeline.cli", "run", "--data", archive]
-    command += ["--output-dir", out, "--accuracy-gate", "0", "--no-cache"]
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    command = [sys.executable, "-m", "pipeline.cli", "run", "--output-dir", out, "--no-cache"]
+    command += ["--accuracy-gate", "0"]
+    if not warm_start:
+        archive = write_archive(os.path.join(workdir, "served.tar.gz"), images, labels)
+        subprocess.run([*command, "--data", archive], check=True, stdout=subprocess.DEVNULL)
+    else:
+        data = os.path.join(workdir, "spans")
+        first = slice(0, len(labels) - warm_start)
+        second = slice(len(labels) - warm_start, len(labels))
+        for number, part in ((1, first), (2, second)):
+            os.makedirs(os.path.join(data, f"span-{number}"))
+            path = os.path.join(data, f"span-{number}", "data.tar.gz")
+            write_archive(path, images[part], labels[part])
+            if number == 1:
+                subprocess.run([*command, "--data", data], check=True, stdout=subprocess.DEVNULL)
+        nightly = ["--warm-start", "--max-regression", "1", "--max-class-drop", "1"]
+        subprocess.run([*command, "--data", data, *nightly], check=True, stdout=subprocess.DEVNULL)
     serving = os.path.join(out, "serving", "cifar10")
     return os.path.join(serving, newest_complete_version(serving))
 
@@ -104,7 +119,9 @@ def _faults(labels: np.ndarray, rng) -> dict[str, np.ndarray]:
     return out
 
 
-def measure(data: str, served_sizes: list[int], span: int, samples: int, seed: int) -> list:
+def measure(
+    data: str, served_sizes: list[int], span: int, samples: int, seed: int, warm_start: int = 0
+) -> list:
     arrays = sources.load_arrays(data, eval_fraction=0.1)
     images = np.concatenate([arrays["train"][0], arrays["eval"][0]])
     labels = np.concatenate([arrays["train"][1], arrays["eval"][1]])
@@ -114,15 +131,16 @@ def measure(data: str, served_sizes: list[int], span: int, samples: int, seed: i
     for size in served_sizes:
         with tempfile.TemporaryDirectory() as workdir:
             started = time.time()
-            version = _served_version(images[:size], labels[:size], workdir)
+            used = size + warm_start
+            version = _served_version(images[:used], labels[:used], workdir, warm_start)
             trained = time.time() - started
             with open(os.path.join(version, label_agreement.REFERENCE_FILE)) as handle:
                 served = label_agreement.Reference.from_json(handle.read())
             with open(os.path.join(version, embedding_shift.REFERENCE_FILE), "rb") as handle:
                 kept = embedding_shift.from_bytes(handle.read(), version)
             rng = np.random.default_rng(seed + size)
-            spans = [(f"clean {i + 1}", size + i * span) for i in range(samples)]
-            fault_start = size + samples * span
+            spans = [(f"clean {i + 1}", used + i * span) for i in range(samples)]
+            fault_start = used + samples * span
             for name, start in spans + [("faults", fault_start)]:
                 chunk = slice(start, start + span)
                 if chunk.stop > len(labels):
@@ -143,7 +161,7 @@ def measure(data: str, served_sizes: list[int], span: int, samples: int, seed: i
                     judged = label_agreement.judge(scored, given, ids, served, "")
                     mmd = embedding_shift.mmd(kept, embedded)
                     rows.append({
-                        "served": size, "span": span, "case": case,
+                        "served": size, "warm": warm_start, "span": span, "case": case,
                         "accuracy": float(np.trace(served.counts) / served.counts.sum()),
                         "exchange": _exchange_excess(judged, served),
                         "noise": judged.noise, "reference_noise": served.noise,
@@ -153,6 +171,10 @@ def measure(data: str, served_sizes: list[int], span: int, samples: int, seed: i
                         "score_seconds": seconds, "train_seconds": trained,
                     })  # fmt: skip
     return rows
+
+
+def _warm(row: dict) -> str:
+    return f" + {row['warm']:,} warm-started" if row.get("warm") else ""
 
 
 def table(rows: list[dict]) -> str:
@@ -167,7 +189,7 @@ def table(rows: list[dict]) -> str:
     ]
     for r in rows:
         lines.append(
-            f"| {r['served']:,} ({r['accuracy']:.1%}) | {r['span']:,} | {r['case']} | "
+            f"| {r['served']:,}{_warm(r)} ({r['accuracy']:.1%}) | {r['span']:,} | {r['case']} | "
             f"{r['exchange']:+.3f} | {r['noise']:.3f} ({r['reference_noise']:.3f}) | "
             f"{r['noise'] - r['reference_noise']:+.3f} | "
             f"{'n/a' if r['shift'] is None else format(r['shift'], '.3f')} | {r['mmd']:.4f} | "
@@ -189,9 +211,23 @@ def served_spans_arguments(parser: argparse.ArgumentParser, span: int) -> argpar
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--warm-start",
+        type=int,
+        default=0,
+        help="N: the served version is the nightly fine-tune (run --warm-start) of the first "
+        "on N more images, as a warm-started version that is served",
+    )
     args = served_spans_arguments(parser, span=3000).parse_args(argv)
     print(measured_on())
-    rows = measure(args.data, args.served or [10000, 25000], args.span, args.samples, args.seed)
+    rows = measure(
+        args.data,
+        args.served or [10000, 25000],
+        args.span,
+        args.samples,
+        args.seed,
+        args.warm_start,
+    )
     print(table(rows))
     return 0
 

@@ -86,3 +86,21 @@ def test_the_export_embeds_on_the_scale_of_the_sample_it_keeps(tmp_path, archite
     if architecture == "airbench":  # the trained network's activations are on another scale
         trained = inference.with_embeddings(network)(images)[0].numpy()
         assert not np.allclose(trained, kept, rtol=2e-3, atol=2e-3)
+
+
+def test_a_network_without_a_head_of_its_own_exports_no_features_and_keeps_no_sample(tmp_path):
+    """A subclassed wrapper shows no penultimate layer: the export has `logits` but no
+    `features`, the reference no embedding sample, and a next run says it did not compare."""
+    from test_recipe import _tiny_network, _TraceCounting
+
+    network = _TraceCounting(_tiny_network())
+    network(tf.zeros([1, 32, 32, 3], tf.uint8))
+    assert inference.with_embeddings(network) is None
+    images, labels = tf.constant(_images(8, 20)), tf.constant(np.arange(20) % 10)
+    export_dir = str(tmp_path / "export")
+    export.export_serving_model(network, export_dir)
+    export.write_label_reference(network, images, labels, export_dir)
+    loaded = tf.saved_model.load(export_dir)
+    assert not hasattr(loaded, "features") and loaded.logits(images).shape == (20, 10)
+    assert not (tmp_path / "export" / embedding_shift.REFERENCE_FILE).exists()
+    assert (tmp_path / "export" / "assets.extra" / "label_reference.json").exists()

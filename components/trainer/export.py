@@ -85,7 +85,14 @@ class ServingModule(tf.Module):
         # those of the network the signatures run, airbench with BatchNorm folded in
         # (inference.py).
         self.network = self._no_dependency(inference.folded(network))
-        self.embedding_network = self._no_dependency(inference.with_embeddings(self.network))
+        # `features` (logits and embeddings) for the next runs' checks, when the network has
+        # a penultimate layer to show (components/trainer/inference.py: with_embeddings).
+        both = inference.with_embeddings(self.network)
+        self.embedding_network = self._no_dependency(both)
+        if both is not None:
+            self.features = tf.function(
+                self._features, input_signature=[tf.TensorSpec([None, *IMAGE_SHAPE], tf.uint8)]
+            )
         # flip_translate_shared runs the stem once per image, the rest once per view; no
         # other augmentation needs the two halves built.
         shared = test_time_augmentation == "flip_translate_shared"
@@ -197,8 +204,7 @@ class ServingModule(tf.Module):
         """The network alone on uint8 images, one view, no averaging: for analysis."""
         return self.network(images, training=False)
 
-    @tf.function(input_signature=[tf.TensorSpec([None, *IMAGE_SHAPE], tf.uint8)])
-    def features(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _features(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         """`logits` and the network's penultimate layer (EMBEDDINGS_KEY), in one pass: what a
         next run's checks ask the served model (components/model_scoring.py)."""
         embeddings, logits = self.embedding_network(images, training=False)
@@ -259,12 +265,17 @@ def write_label_reference(
     assets.extra/: what clean labels and clean images look like to it, against which a later
     run judges a new span. One view, by the network `features` runs (folded: its embeddings
     are scaled unlike the trained network's)."""
-    both = inference.with_embeddings(inference.folded(network))
+    served = inference.folded(network)
+    both = inference.with_embeddings(served)  # None: the export has no `features` either
     probabilities, embeddings = [], []
     for start in range(0, int(images.shape[0]), batch):
-        embedded, logits = both(images[start : start + batch], training=False)
+        chunk = images[start : start + batch]
+        if both is None:
+            logits = served(chunk, training=False)
+        else:
+            embedded, logits = both(chunk, training=False)
+            embeddings.append(tf.cast(embedded, tf.float32).numpy())
         probabilities.append(tf.nn.softmax(tf.cast(logits, tf.float32)).numpy())
-        embeddings.append(tf.cast(embedded, tf.float32).numpy())
     if not probabilities:
         return
     found = label_agreement.reference(np.concatenate(probabilities), labels.numpy())
@@ -272,8 +283,10 @@ def write_label_reference(
     tf.io.gfile.makedirs(os.path.dirname(path))
     with tf.io.gfile.GFile(path, "w") as handle:
         handle.write(found.to_json())
-    with tf.io.gfile.GFile(os.path.join(export_dir, embedding_shift.REFERENCE_FILE), "wb") as out:
-        out.write(embedding_shift.to_bytes(np.concatenate(embeddings)))
+    if embeddings:
+        path = os.path.join(export_dir, embedding_shift.REFERENCE_FILE)
+        with tf.io.gfile.GFile(path, "wb") as out:
+            out.write(embedding_shift.to_bytes(np.concatenate(embeddings)))
 
 
 def write_reference_images(

@@ -127,12 +127,13 @@ def folded(network: keras.Model) -> keras.Model:
     return inference
 
 
-def with_embeddings(network: keras.Model) -> keras.Model:
+def with_embeddings(network: keras.Model) -> keras.Model | None:
     """`network` with two outputs: the input of its last Dense layer (its penultimate
-    representation, the embedding) and its logits. The same layers, no copy."""
+    representation, the embedding) and its logits. The same layers, no copy. None for a
+    network without a Dense layer of its own (a subclassed wrapper, say)."""
     dense = [layer for layer in network.layers if isinstance(layer, keras.layers.Dense)]
-    if not dense:
-        raise ValueError(f"{network.name}: no Dense layer, so no embedding before it")
+    if not dense or not getattr(network, "_is_graph_network", False):
+        return None
     return keras.Model(network.inputs, [dense[-1].input, network.output], name=network.name)
 
 
