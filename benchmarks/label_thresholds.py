@@ -159,7 +159,9 @@ def measure(
                 for case, (scored, embedded, given) in cases.items():
                     ids = [str(i) for i in range(len(given))]
                     judged = label_agreement.judge(scored, given, ids, served, "")
-                    mmd = embedding_shift.mmd(kept, embedded)
+                    sizes = (len(kept), len(embedding_shift.every_kth(embedded)))
+                    compared = min(sizes) >= label_agreement.MIN_SHIFT_SAMPLE  # as the gate
+                    mmd = embedding_shift.mmd(kept, embedded) if compared else None
                     rows.append({
                         "served": size, "warm": warm_start, "span": span, "case": case,
                         "accuracy": float(np.trace(served.counts) / served.counts.sum()),
@@ -167,10 +169,14 @@ def measure(
                         "noise": judged.noise, "reference_noise": served.noise,
                         "shift": judged.shift, "mmd": mmd,
                         "stopped": bool(judged.problems() or judged.shift_problems()
-                                        or mmd > embedding_shift.THRESHOLD),
+                                        or (mmd or 0.0) > embedding_shift.THRESHOLD),
                         "score_seconds": seconds, "train_seconds": trained,
                     })  # fmt: skip
     return rows
+
+
+def _or_na(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
 
 
 def _warm(row: dict) -> str:
@@ -192,7 +198,7 @@ def table(rows: list[dict]) -> str:
             f"| {r['served']:,}{_warm(r)} ({r['accuracy']:.1%}) | {r['span']:,} | {r['case']} | "
             f"{r['exchange']:+.3f} | {r['noise']:.3f} ({r['reference_noise']:.3f}) | "
             f"{r['noise'] - r['reference_noise']:+.3f} | "
-            f"{'n/a' if r['shift'] is None else format(r['shift'], '.3f')} | {r['mmd']:.4f} | "
+            f"{_or_na(r['shift'], '.3f')} | {_or_na(r['mmd'], '.4f')} | "
             f"{'yes' if r['stopped'] else 'no'} | {r['score_seconds']:.1f} |"
         )
     return "\n".join(lines)

@@ -130,12 +130,16 @@ class Reference:
         )
 
 
+def every_kth(rows: np.ndarray) -> np.ndarray:
+    """At most REFERENCE_SAMPLE rows, evenly spaced."""
+    return rows[:: max(1, -(-len(rows) // REFERENCE_SAMPLE))]
+
+
 def reference(probabilities: np.ndarray, labels: np.ndarray) -> Reference:
-    every = max(1, -(-len(labels) // REFERENCE_SAMPLE))
     return Reference(
         confusion(labels, probabilities.argmax(axis=1)),
         noise_estimate(probabilities, labels),
-        probabilities[::every],
+        every_kth(probabilities),
     )
 
 

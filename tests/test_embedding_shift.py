@@ -104,3 +104,22 @@ def test_a_network_without_a_head_of_its_own_exports_no_features_and_keeps_no_sa
     assert not hasattr(loaded, "features") and loaded.logits(images).shape == (20, 10)
     assert not (tmp_path / "export" / embedding_shift.REFERENCE_FILE).exists()
     assert (tmp_path / "export" / "assets.extra" / "label_reference.json").exists()
+
+
+def test_the_shift_baselines_come_from_the_reference_images_a_warm_start_carries(tmp_path):
+    """A version fine-tuned on a small span has a small eval split; its class-probability
+    and embedding samples are taken on the reference images (the served version's, filled
+    up), so they stay large enough to compare; the label counts stay the eval split's."""
+    import json
+
+    from components import label_agreement
+
+    network = model.build_seed_cnn()
+    images, labels = tf.constant(_images(9, 40)), tf.constant(np.arange(40) % 10)
+    carried = _images(10, 300)
+    export_dir = str(tmp_path / "export")
+    export.write_label_reference(network, images, labels, export_dir, shift_images=carried)
+    found = json.loads((tmp_path / "export" / label_agreement.REFERENCE_FILE).read_text())
+    assert np.sum(found["confusion"]) == 40 and len(found["probabilities_sample"]) == 300
+    with open(f"{export_dir}/{embedding_shift.REFERENCE_FILE}", "rb") as handle:
+        assert embedding_shift.from_bytes(handle.read(), "kept").shape == (300, 512)

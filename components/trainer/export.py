@@ -18,6 +18,7 @@ sees at most `VIEWS_PER_PASS` views at a time, whatever the request's size.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -257,17 +258,12 @@ def export_serving_model(
         )
 
 
-def write_label_reference(
-    network: keras.Model, images: tf.Tensor, labels: tf.Tensor, export_dir: str, batch: int = 512
-) -> None:
-    """The model's label reference (components/label_agreement.py) and a sample of its
-    embeddings (components/embedding_shift.py) on the eval split, in the export's
-    assets.extra/: what clean labels and clean images look like to it, against which a later
-    run judges a new span. One view, by the network `features` runs (folded: its embeddings
-    are scaled unlike the trained network's)."""
+def _one_view(network: keras.Model, images, batch: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """(probabilities, embeddings or None) of `images`, one view, by the network `features`
+    runs (folded: its embeddings are scaled unlike the trained network's)."""
     served = inference.folded(network)
     both = inference.with_embeddings(served)  # None: the export has no `features` either
-    probabilities, embeddings = [], []
+    probabilities, embeddings = [np.zeros((0, NUM_CLASSES), np.float32)], []
     for start in range(0, int(images.shape[0]), batch):
         chunk = images[start : start + batch]
         if both is None:
@@ -276,25 +272,46 @@ def write_label_reference(
             embedded, logits = both(chunk, training=False)
             embeddings.append(tf.cast(embedded, tf.float32).numpy())
         probabilities.append(tf.nn.softmax(tf.cast(logits, tf.float32)).numpy())
-    if not probabilities:
+    return np.concatenate(probabilities), np.concatenate(embeddings) if embeddings else None
+
+
+def write_label_reference(
+    network: keras.Model,
+    images: tf.Tensor,
+    labels: tf.Tensor,
+    export_dir: str,
+    batch: int = 512,
+    shift_images: np.ndarray | None = None,
+) -> None:
+    """The model's label reference (components/label_agreement.py) on the eval split, and its
+    class probabilities and embeddings (components/embedding_shift.py) on `shift_images`
+    (the reference images, which a warm start carries forward, so a version fine-tuned on a
+    small span still keeps enough; default: the eval split), in the export's
+    assets.extra/: what clean labels and clean images look like to it, against which a later
+    run judges a new span."""
+    if not int(images.shape[0]):
         return
-    found = label_agreement.reference(np.concatenate(probabilities), labels.numpy())
+    probabilities, embeddings = _one_view(network, images, batch)
+    found = label_agreement.reference(probabilities, labels.numpy())
+    if shift_images is not None and len(shift_images):
+        probabilities, embeddings = _one_view(network, tf.constant(shift_images), batch)
+        found = dataclasses.replace(found, sample=label_agreement.every_kth(probabilities))
     path = os.path.join(export_dir, label_agreement.REFERENCE_FILE)
     tf.io.gfile.makedirs(os.path.dirname(path))
     with tf.io.gfile.GFile(path, "w") as handle:
         handle.write(found.to_json())
-    if embeddings:
+    if embeddings is not None:
         path = os.path.join(export_dir, embedding_shift.REFERENCE_FILE)
         with tf.io.gfile.GFile(path, "wb") as out:
-            out.write(embedding_shift.to_bytes(np.concatenate(embeddings)))
+            out.write(embedding_shift.to_bytes(embeddings))
 
 
 def write_reference_images(
     base_model: str | None, images: tf.Tensor, labels: tf.Tensor, export_dir: str
-) -> None:
+) -> reference_images.ReferenceImages:
     """The reference images (components/reference_images.py) into the export's assets.extra/:
     the served version's set (`base_model`, when it keeps one), filled up with this run's eval
-    images. An unreadable served set is replaced by a new one, with a warning."""
+    images; returned. An unreadable served set is replaced by a new one, with a warning."""
     kept = None
     served = os.path.join(base_model, reference_images.REFERENCE_FILE) if base_model else ""
     if served and tf.io.gfile.exists(served):
@@ -308,3 +325,4 @@ def write_reference_images(
     tf.io.gfile.makedirs(os.path.dirname(path))
     with tf.io.gfile.GFile(path, "wb") as handle:
         handle.write(reference_images.to_bytes(grown))
+    return grown

@@ -64,9 +64,16 @@ def run_fn(fn_args: FnArgs) -> None:
             export.export_serving_model(
                 serving_network, fn_args.serving_model_dir, run.recipe.test_time_augmentation
             )
-            export.write_label_reference(serving_network, *split["eval"], fn_args.serving_model_dir)
-            export.write_reference_images(
+            # The shift baselines on the reference images, which a warm start carries
+            # forward: a version fine-tuned on a small span keeps enough of them.
+            kept = export.write_reference_images(
                 fn_args.base_model, *split["eval"], fn_args.serving_model_dir
+            )
+            export.write_label_reference(
+                serving_network,
+                *split["eval"],
+                fn_args.serving_model_dir,
+                shift_images=kept.images,
             )
             if source is not None:
                 warm_start.record_lineage(fn_args.serving_model_dir, source)
