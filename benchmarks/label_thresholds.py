@@ -159,9 +159,7 @@ def measure(
                 for case, (scored, embedded, given) in cases.items():
                     ids = [str(i) for i in range(len(given))]
                     judged = label_agreement.judge(scored, given, ids, served, "")
-                    sizes = (len(kept), len(embedding_shift.every_kth(embedded)))
-                    compared = min(sizes) >= label_agreement.MIN_SHIFT_SAMPLE  # as the gate
-                    mmd = embedding_shift.mmd(kept, embedded) if compared else None
+                    mmd, _ = embedding_shift.compare(kept, embedded)  # as the gate does
                     rows.append({
                         "served": size, "warm": warm_start, "span": span, "case": case,
                         "accuracy": float(np.trace(served.counts) / served.counts.sum()),

@@ -15,6 +15,8 @@ import io
 
 import numpy as np
 
+from components.label_agreement import every_kth, too_few
+
 REFERENCE_FILE = "assets.extra/embedding_reference.npz"
 # Rows of the eval split's embeddings kept (float16) and rows of a span compared: the kernel
 # matrices are SAMPLE x SAMPLE (32 MB each at 2,000).
@@ -26,14 +28,9 @@ THRESHOLD = 0.005
 _PAIRS_FOR_BANDWIDTH = 500
 
 
-def every_kth(rows: np.ndarray, kept: int = SAMPLE) -> np.ndarray:
-    """At most `kept` rows, evenly spaced (deterministic)."""
-    return rows[:: max(1, -(-len(rows) // kept))]
-
-
 def to_bytes(embeddings: np.ndarray) -> bytes:
     buffer = io.BytesIO()
-    np.savez_compressed(buffer, embeddings=every_kth(embeddings).astype(np.float16))
+    np.savez_compressed(buffer, embeddings=every_kth(embeddings, SAMPLE).astype(np.float16))
     return buffer.getvalue()
 
 
@@ -63,7 +60,7 @@ def mmd(reference: np.ndarray, span: np.ndarray) -> float:
     width is the median distance between reference embeddings (fixed by the reference, so a
     span cannot widen it). 0 for samples of one distribution (give or take sampling noise),
     up to 2 for samples that share nothing."""
-    x, y = every_kth(reference), every_kth(span)
+    x, y = every_kth(reference, SAMPLE), every_kth(span, SAMPLE)
     if x.shape[1] != y.shape[1]:
         raise ValueError(
             f"the span's embeddings have {y.shape[1]} dimensions, the reference's {x.shape[1]}"
@@ -81,3 +78,14 @@ def mmd(reference: np.ndarray, span: np.ndarray) -> float:
 
     between = mean_kernel(x, y, False)
     return round(mean_kernel(x, x, True) + mean_kernel(y, y, True) - 2 * between, 4)
+
+
+def compare(reference: np.ndarray, span: np.ndarray) -> tuple[float | None, str]:
+    """(`mmd`, what was compared), or (None, why not: a sample too small to compare, as for
+    the class probabilities' statistic)."""
+    sizes = (len(every_kth(reference, SAMPLE)), len(every_kth(span, SAMPLE)))
+    why = too_few(*sizes)
+    if why:
+        return None, why
+    compared = f"{sizes[1]:,} scored images against {sizes[0]:,} of its own eval split"
+    return mmd(reference, span), compared

@@ -130,9 +130,19 @@ class Reference:
         )
 
 
-def every_kth(rows: np.ndarray) -> np.ndarray:
-    """At most REFERENCE_SAMPLE rows, evenly spaced."""
-    return rows[:: max(1, -(-len(rows) // REFERENCE_SAMPLE))]
+def every_kth(rows: np.ndarray, kept: int = REFERENCE_SAMPLE) -> np.ndarray:
+    """At most `kept` rows, evenly spaced (deterministic)."""
+    return rows[:: max(1, -(-len(rows) // kept))]
+
+
+def too_few(reference: int, scored: int) -> str:
+    """Why a shift statistic is not computed on samples of these sizes ('' when it is)."""
+    if min(reference, scored) >= MIN_SHIFT_SAMPLE:
+        return ""
+    return (
+        f"too few images ({reference:,} of its eval split, {scored:,} scored; "
+        f"{MIN_SHIFT_SAMPLE:,} each needed)"
+    )
 
 
 def reference(probabilities: np.ndarray, labels: np.ndarray) -> Reference:
@@ -286,15 +296,9 @@ def judge(
                 )  # fmt: skip
     shift, shift_class, shift_skipped = None, 0, "the served version keeps no sample"
     if served is not None and served.sample is not None:
-        sizes = (len(served.sample), len(probabilities))
-        if min(sizes) < MIN_SHIFT_SAMPLE:
-            shift_skipped = (
-                f"too few images ({sizes[0]:,} of its eval split, {sizes[1]:,} scored; "
-                f"{MIN_SHIFT_SAMPLE:,} each needed)"
-            )
-        else:
+        shift_skipped = too_few(len(served.sample), len(probabilities))
+        if not shift_skipped:
             shift, shift_class = representation_shift(probabilities, served)
-            shift_skipped = ""
     return Judgement(
         shift=shift,
         shift_class=shift_class,

@@ -50,11 +50,10 @@ def scores(
         found, embedded = score_batch(loaded, images[start : start + BATCH], part, model_dir)
         probabilities.append(found)
         embeddings.append(embedded)
+    found = np.concatenate(probabilities).astype(np.float32)
     if getattr(loaded, "features", None) is None:
-        return np.concatenate(probabilities).astype(np.float32), None
-    return np.concatenate(probabilities).astype(np.float32), (
-        np.concatenate(embeddings) if embeddings else np.zeros((0, 0), np.float32)
-    )
+        return found, None
+    return found, np.concatenate(embeddings) if embeddings else np.zeros((0, 0), np.float32)
 
 
 def probabilities(

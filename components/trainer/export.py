@@ -258,11 +258,11 @@ def export_serving_model(
         )
 
 
-def _one_view(network: keras.Model, images, batch: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """(probabilities, embeddings or None) of `images`, one view, by the network `features`
-    runs (folded: its embeddings are scaled unlike the trained network's)."""
-    served = inference.folded(network)
-    both = inference.with_embeddings(served)  # None: the export has no `features` either
+def _one_view(
+    served: keras.Model, both: keras.Model | None, images, batch: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """(probabilities, embeddings or None) of `images`, one view, by `served` (the folded
+    network `features` runs), with embeddings when `both` (its `with_embeddings`) is given."""
     probabilities, embeddings = [np.zeros((0, NUM_CLASSES), np.float32)], []
     for start in range(0, int(images.shape[0]), batch):
         chunk = images[start : start + batch]
@@ -291,10 +291,15 @@ def write_label_reference(
     run judges a new span."""
     if not int(images.shape[0]):
         return
-    probabilities, embeddings = _one_view(network, images, batch)
+    # The network `features` runs: folded, whose embeddings are scaled unlike the trained
+    # network's; `both` is None when the export has no `features` either.
+    served = inference.folded(network)
+    both = inference.with_embeddings(served)
+    elsewhere = shift_images is not None and len(shift_images) > 0
+    probabilities, embeddings = _one_view(served, None if elsewhere else both, images, batch)
     found = label_agreement.reference(probabilities, labels.numpy())
-    if shift_images is not None and len(shift_images):
-        probabilities, embeddings = _one_view(network, tf.constant(shift_images), batch)
+    if elsewhere:
+        probabilities, embeddings = _one_view(served, both, tf.constant(shift_images), batch)
         found = dataclasses.replace(found, sample=label_agreement.every_kth(probabilities))
     path = os.path.join(export_dir, label_agreement.REFERENCE_FILE)
     tf.io.gfile.makedirs(os.path.dirname(path))

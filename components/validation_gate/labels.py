@@ -74,19 +74,14 @@ def _embedding_shift(model_dir: str, embeddings, version: str) -> dict:
     try:
         with fileio.open(path, "rb") as handle:
             kept = embedding_shift.from_bytes(handle.read(), path)
-        sizes = (len(kept), len(embedding_shift.every_kth(embeddings)))
-        if min(sizes) < label_agreement.MIN_SHIFT_SAMPLE:
-            return {
-                "embedding_skipped": f"too few images ({sizes[0]:,} of its eval split, "
-                f"{sizes[1]:,} scored; {label_agreement.MIN_SHIFT_SAMPLE:,} each needed)"
-            }
-        value = embedding_shift.mmd(kept, embeddings)
+        value, said = embedding_shift.compare(kept, embeddings)
     except ValueError as err:  # a damaged sample, or one of another network's width
         return {"embedding_skipped": f"not compared: {err}"}
+    if value is None:
+        return {"embedding_skipped": said}
     return {
         "embedding_shift": value,
         "embedding_threshold": embedding_shift.THRESHOLD,
-        "embedding_compared": f"{sizes[1]:,} scored images against {sizes[0]:,} of its own "
-        "eval split",
+        "embedding_compared": said,
         "embedding_skipped": "",
     }
