@@ -278,3 +278,19 @@ def test_training_progress_is_one_line_per_epoch_when_not_a_terminal(first_run):
     assert "\r" not in done.stderr  # live updates only on a terminal
     [log] = (out / "logs").glob("run-*.log")
     assert log.read_text().count("Trainer: epoch ") == 3  # the log keeps the lasting lines
+
+
+def test_run_splits_the_cpu_into_replicas_after_the_steps_before_the_trainer(
+    tiny_archive, tmp_path
+):
+    """`--cpu-replicas` through the CLI, end to end: the steps before the Trainer run in the
+    same process (the gate reads records with eager TensorFlow), and none of them may fix the
+    process's devices before the Trainer splits the CPU (a StrategyError at dd83add)."""
+    out = tmp_path / "out"
+    done = cli("run", "--data", tiny_archive, "--output-dir", out, "--accuracy-gate", "0",
+               "--strategy", "mirrored", "--cpu-replicas", "2", *FAST)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "run_summary.json").read_text())
+    assert (summary["strategy"], summary["replicas"]) == ("mirrored", 2)
+    assert summary["global_batch_size"] == 2 * 64
+    assert summary["outcome"] == "pushed"

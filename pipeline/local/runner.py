@@ -187,10 +187,15 @@ def run(config: PipelineConfig, output_dir: Path) -> RunSummary:
         # `tfx.v1`, which imports google-cloud-aiplatform (seconds) for its extensions.
         from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
+        from components.trainer.strategy import configure_cpu_replicas
         from pipeline.local import summary
         from pipeline.topology import create_pipeline
 
         try:
+            # Every step runs in this process, and any eager TensorFlow in a step before the
+            # Trainer (the gate reads records) fixes the process's devices: the CPU is split
+            # into the Trainer's replicas before the first step, never after.
+            configure_cpu_replicas(config.training.cpu_replicas)
             LocalDagRunner().run(create_pipeline(config))
         except BaseException as err:  # summarise what did run, then re-raise
             failure = err
