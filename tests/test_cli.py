@@ -53,6 +53,38 @@ def test_span_flags_below_1_are_refused(flags, problem, capsys):
     assert problem in capsys.readouterr().err
 
 
+FRACTION_FLAGS = ["--accuracy-gate", "--max-regression", "--max-class-drop"]
+
+
+@pytest.mark.parametrize("command", ["run", "compile"])
+@pytest.mark.parametrize("flag", FRACTION_FLAGS)
+@pytest.mark.parametrize("value", ["-0.01", "1.01", "nan"])
+def test_fraction_flags_outside_0_to_1_are_refused(command, flag, value, capsys):
+    """A negative margin once passed the parser (and --max-class-drop -0.1 blocked every
+    candidate); a share above 1 means nothing."""
+    with pytest.raises(SystemExit) as refused:
+        cli.main([command, flag, value])
+    assert refused.value.code == 2
+    expected = f"argument {flag}: must be a fraction from 0 to 1, got {value}"
+    assert expected in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", FRACTION_FLAGS)
+@pytest.mark.parametrize("value", ["0", "1"])
+def test_fraction_flags_take_0_and_1(flag, value):
+    args = cli.build_parser().parse_args(["run", flag, value])
+    assert getattr(args, flag[2:].replace("-", "_")) == float(value)
+
+
+@pytest.mark.parametrize("value, problem", [("0", "got 0"), ("1", "got 1"), ("-0.5", "got -0.5")])
+def test_the_eval_fraction_is_strictly_between_0_and_1(value, problem, capsys):
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["run", "--eval-fraction", value])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --eval-fraction: must be more than 0 and less than 1" in err and problem in err
+
+
 def _compile_kubeflow(cwd, output, *extra, env=None):
     return subprocess.run(
         [sys.executable, "-m", "pipeline.cli", "compile", "--target", "kubeflow"]

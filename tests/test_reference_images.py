@@ -20,18 +20,25 @@ CAT, DOG = LABEL_NAMES.index("cat"), LABEL_NAMES.index("dog")
 
 
 def _images(labels: np.ndarray) -> np.ndarray:
-    """Images whose brightness gives their class away: class c is filled with 20 c + 10."""
-    return np.broadcast_to((20 * labels + 10).astype(np.uint8)[:, None, None, None],
-                           (len(labels), 32, 32, 3)).copy()  # fmt: skip
+    """Images whose brightness gives their class away: class c is filled with 20 c + 10.
+    One pixel numbers the images of each class (0, 1, ...): too little to move the
+    brightness, enough for a candidate to miss a chosen share of one class."""
+    images = np.broadcast_to((20 * labels + 10).astype(np.uint8)[:, None, None, None],
+                             (len(labels), 32, 32, 3)).copy()  # fmt: skip
+    for label in range(10):
+        where = np.flatnonzero(labels == label)
+        images[where, 0, 0, 1] = np.arange(len(where)) % 256
+    return images
 
 
 def _labels(n: int) -> np.ndarray:
     return np.random.default_rng(n).permutation(np.arange(n) % 10)
 
 
-def _save_model(folder, exchanged: tuple[int, int] | None = None):
+def _save_model(folder, exchanged: tuple[int, int] | None = None, misses: int = 0):
     """A SavedModel whose `logits` read the class off the brightness; `exchanged` swaps the
-    predictions of two classes, as a model trained on labels exchanged between them does."""
+    predictions of two classes, as a model trained on labels exchanged between them does;
+    `misses` cats (the first of their class, by the numbering pixel) are taken for dogs."""
     import tensorflow as tf
 
     order = list(range(10))
@@ -42,6 +49,8 @@ def _save_model(folder, exchanged: tuple[int, int] | None = None):
     def logits(images):
         level = tf.reduce_mean(tf.cast(images, tf.float32), axis=[1, 2, 3])
         guess = tf.cast(tf.round((level - 10.0) / 20.0), tf.int32)
+        missed = (guess == CAT) & (tf.cast(images[:, 0, 0, 1], tf.int32) < misses)
+        guess = tf.where(missed, DOG, guess)
         return 10.0 * tf.one_hot(tf.gather(tf.constant(order), guess), 10)
 
     module = tf.Module()
@@ -128,7 +137,8 @@ def test_a_class_falling_beyond_the_margin_is_named():
 # -- the Evaluator --------------------------------------------------------------------------
 
 
-def _evaluate(tmp_path, monkeypatch, candidate_exchanged=None, reference=True, blessed=True):
+def _evaluate(tmp_path, monkeypatch, candidate_exchanged=None, reference=True, blessed=True,
+              misses=0, properties=None, images=400):  # fmt: skip
     """The Evaluator with TFMA replaced by a blessing (or not) of the candidate's own eval
     split; the baseline is the served model keeping its reference images."""
 
@@ -142,10 +152,10 @@ def _evaluate(tmp_path, monkeypatch, candidate_exchanged=None, reference=True, b
     baseline.uri = str(tmp_path / "served")
     _save_model(tmp_path / "served" / "Format-Serving")
     if reference:
-        _keep_reference(tmp_path / "served" / "Format-Serving", _labels(400))
+        _keep_reference(tmp_path / "served" / "Format-Serving", _labels(images))
     candidate = standard_artifacts.Model()
     candidate.uri = str(tmp_path / "candidate")
-    _save_model(tmp_path / "candidate" / "Format-Serving", candidate_exchanged)
+    _save_model(tmp_path / "candidate" / "Format-Serving", candidate_exchanged, misses)
     evaluation, blessing = standard_artifacts.ModelEvaluation(), standard_artifacts.ModelBlessing()
     evaluation.uri, blessing.uri = str(tmp_path / "evaluation"), str(tmp_path / "blessing")
     (tmp_path / "evaluation").mkdir()
@@ -154,7 +164,7 @@ def _evaluate(tmp_path, monkeypatch, candidate_exchanged=None, reference=True, b
         {"model": [candidate], "baseline_model": [baseline],
          "examples": [standard_artifacts.Examples()]},
         {"evaluation": [evaluation], "blessing": [blessing]},
-        {"max_class_drop": 0.15},
+        {"max_class_drop": 0.15} if properties is None else properties,
     )  # fmt: skip
     return evaluation, blessing
 
@@ -206,3 +216,21 @@ def test_a_damaged_reference_set_is_named_and_does_not_fail_the_run(tmp_path, mo
     assert blessing.get_int_custom_property("blessed") == 1
     line, _ = evaluation_facts.reference_facts(evaluation.uri)
     assert line.startswith("not checked: ") and "reference_images.npz: not a reference" in line
+
+
+# 1,000 reference images hold 100 cats: a cat taken for a dog is one point of that class.
+@pytest.mark.parametrize("misses, blessed", [(24, 1), (25, 1), (26, 0)])
+def test_the_default_margin_lets_a_class_fall_25_points_and_no_further(
+    tmp_path, monkeypatch, misses, blessed
+):
+    assert ri.MAX_CLASS_DROP == 0.25
+    _, blessing = _evaluate(tmp_path, monkeypatch, misses=misses, properties={}, images=1000)
+    assert blessing.get_int_custom_property("blessed") == blessed
+
+
+@pytest.mark.parametrize("misses, blessed", [(0, 1), (1, 0)])
+def test_a_margin_of_0_is_honoured_not_read_as_the_default(tmp_path, monkeypatch, misses, blessed):
+    """`--max-class-drop 0` became 0.25 at dd83add (`float(value or default)`)."""
+    margin = {"max_class_drop": 0.0}
+    _, blessing = _evaluate(tmp_path, monkeypatch, misses=misses, properties=margin, images=1000)
+    assert blessing.get_int_custom_property("blessed") == blessed

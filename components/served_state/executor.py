@@ -118,7 +118,8 @@ class EvaluatorExecutor(evaluator_executor.Executor):
                 if key != standard_component_specs.BASELINE_MODEL_KEY
             }
         exec_properties = dict(exec_properties)
-        max_drop = float(exec_properties.pop(MAX_CLASS_DROP_KEY, None) or MAX_CLASS_DROP)
+        margin = exec_properties.pop(MAX_CLASS_DROP_KEY, None)
+        max_drop = MAX_CLASS_DROP if margin is None else float(margin)  # 0 is a margin
         super().Do(input_dict, output_dict, exec_properties)
         if standard_component_specs.BASELINE_MODEL_KEY in input_dict:
             check_reference_classes(input_dict, output_dict, max_drop)

@@ -103,30 +103,46 @@ def training_config(args: argparse.Namespace) -> TrainingConfig:
     )
 
 
+def fraction(text: str) -> float:
+    """A share or margin from 0 to 1, both included (argparse names the flag)."""
+    value = float(text)
+    if not 0.0 <= value <= 1.0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a fraction from 0 to 1, got {text}")
+    return value
+
+
+def open_fraction(text: str) -> float:
+    """A share strictly between 0 and 1 (a split of the records: neither side empty)."""
+    value = float(text)
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and less than 1, got {text}")
+    return value
+
+
 def add_gate_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("data and evaluation")
     group.add_argument(
         "--eval-fraction",
-        type=float,
+        type=open_fraction,
         default=_default(PipelineConfig, "eval_fraction"),
         help="share of training records carved out for eval when the "
         "source has no test batch (class-balanced, deterministic)",
     )
     group.add_argument(
         "--accuracy-gate",
-        type=float,
+        type=fraction,
         default=_default(PipelineConfig, "accuracy_gate"),
         help="minimum eval accuracy for the model to be blessed and pushed (default: %(default)s)",
     )
     group.add_argument(
         "--max-regression",
-        type=float,
+        type=fraction,
         default=_default(PipelineConfig, "max_regression"),
         help="how far accuracy may fall below the baseline model (default: %(default)s)",
     )
     group.add_argument(
         "--max-class-drop",
-        type=float,
+        type=fraction,
         default=_default(PipelineConfig, "max_class_drop"),
         help="how far one class's accuracy on the served version's reference images may "
         "fall below the served model's (default: %(default)s)",

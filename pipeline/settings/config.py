@@ -136,6 +136,9 @@ class PipelineConfig:
             )
         if not 0.0 <= self.accuracy_gate <= 1.0:
             raise ValueError(f"accuracy_gate must be in [0, 1], got {self.accuracy_gate}")
+        for name in ("max_regression", "max_class_drop"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if not 0.0 < self.eval_fraction < 1.0:
             raise ValueError(f"eval_fraction must be in (0, 1), got {self.eval_fraction}")
         if self.vertex is not None and self.kubeflow is not None:
