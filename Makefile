@@ -11,7 +11,8 @@ ARGS ?=
 
 # Two stacks (components/stack.py): current (TFX 1.21, Python 3.13, requirements-current.lock)
 # where glibc >= 2.39, legacy (TFX 1.16, Python 3.10, requirements.lock) elsewhere.
-# `make STACK=legacy` or `STACK=current` overrides the choice.
+# `make STACK=legacy` or `STACK=current` overrides the choice; a checkout keeps the stack it
+# was set up with (.venv/.installed-NAME), so later targets never install the other one.
 STACK_CHOICE := $(shell python3 -m components.stack $(STACK) 2>/dev/null)
 STACK_LOCK := $(word 2,$(STACK_CHOICE))
 STACK_PYTHON := $(word 3,$(STACK_CHOICE))
@@ -44,7 +45,7 @@ setup: $(STAMP)
 # The same script the images and the Debian 13 check install with (stack/install.sh).
 $(STAMP): $(STACK_LOCK) pyproject.toml stack/install.sh
 	@python3 -m components.stack $(STACK) >/dev/null
-	@test -n "$(STACK_BASE_PYTHON)" || { echo "error: Python $(STACK_PYTHON) not found (the $(STACK_LOCK) stack needs it); install it or pass PYTHON$(subst .,,$(STACK_PYTHON))=/path/to/python$(STACK_PYTHON)" >&2; exit 1; }
+	@test -n "$(STACK_BASE_PYTHON)" || { echo "error: the $(word 1,$(STACK_CHOICE)) stack ($(STACK_LOCK)) needs Python $(STACK_PYTHON), which this host lacks: install it (pyenv, uv python install $(STACK_PYTHON)) and pass PYTHON$(subst .,,$(STACK_PYTHON))=/path/to/python$(STACK_PYTHON), or run the steps in the project's image (docs/stacks.md)" >&2; exit 1; }
 	stack/install.sh $(STACK_BASE_PYTHON) $(VENV) $(STACK_LOCK)
 	@rm -f $(VENV)/.installed*
 	@touch $(STAMP)

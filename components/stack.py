@@ -55,6 +55,11 @@ CURRENT = Stack(
 STACKS = {stack.name: stack for stack in (LEGACY, CURRENT)}
 # kfp.local's own environment on the legacy stack (`make setup-kfp`).
 KFP_VENV = ".venv-kfp"
+CHECKOUT = Path(__file__).resolve().parents[1]
+# `make setup` marks the environment with the stack it installed: `.venv/.installed-NAME`.
+INSTALLED_MARK = ".installed-"
+# The glibc to choose a stack for, instead of this host's (the runbook test plays both hosts).
+HOST_GLIBC_VARIABLE = "CIFAR10_HOST_GLIBC"
 
 
 def parse_glibc(text: str) -> tuple[int, int]:
@@ -86,7 +91,9 @@ def stack_for_glibc(glibc: str) -> tuple[Stack, str]:
 
 
 def host_glibc() -> str:
-    """This host's glibc version, e.g. '2.36'."""
+    """This host's glibc version, e.g. '2.36' ($CIFAR10_HOST_GLIBC where set)."""
+    if os.environ.get(HOST_GLIBC_VARIABLE):
+        return os.environ[HOST_GLIBC_VARIABLE]
     reported = os.confstr("CS_GNU_LIBC_VERSION") if hasattr(os, "confstr") else None
     if not reported:
         raise RuntimeError("this host reports no glibc version; pass STACK=legacy or current")
@@ -139,9 +146,24 @@ def tfma_config() -> ModuleType:
     return config_pb2
 
 
-def choose(requested: str = "") -> tuple[Stack, str]:
-    """The stack a user named (`make STACK=legacy`), or else the one that fits this host."""
+def installed_stack(checkout: Path = CHECKOUT) -> Stack | None:
+    """The stack `make setup` last installed in this checkout's .venv, if any."""
+    marks = sorted((checkout / ".venv").glob(INSTALLED_MARK + "*"))
+    names = [mark.name.removeprefix(INSTALLED_MARK) for mark in marks]
+    return STACKS[names[0]] if len(names) == 1 and names[0] in STACKS else None
+
+
+def choose(requested: str = "", checkout: Path = CHECKOUT) -> tuple[Stack, str]:
+    """The stack a user named (`make STACK=legacy`), else the one this checkout was set up
+    with (so that no later `make` target silently installs the other), else the one that
+    fits this host."""
     if not requested:
+        installed = installed_stack(checkout)
+        if installed is not None:
+            return installed, (
+                f"stack: {installed.name} ({installed.description}; {installed.lock}): "
+                f"this checkout's .venv was set up with it (`make STACK=NAME setup` switches)"
+            )
         return stack_for_glibc(host_glibc())
     if requested in STACKS:
         stack = STACKS[requested]
