@@ -38,6 +38,7 @@ def model_checks(serving_dir: Path, summary: RunSummary, scratch: Path) -> dict:
     from tfx.types import artifact_utils, standard_artifacts
 
     from components.reference_images import MAX_CLASS_DROP
+    from components.served_state import class_check
     from components.served_state import executor as served_state
     from components.validation_gate import labels, records
 
@@ -65,7 +66,7 @@ def model_checks(serving_dir: Path, summary: RunSummary, scratch: Path) -> dict:
     evaluation, blessing = standard_artifacts.ModelEvaluation(), standard_artifacts.ModelBlessing()
     evaluation.uri, blessing.uri = str(scratch / "evaluation"), str(scratch / "blessing")
     started = time.time()
-    served_state.check_reference_classes(
+    class_check.check_reference_classes(
         {"model": [candidate], "baseline_model": [served]},
         {"evaluation": [evaluation], "blessing": [blessing]},
         MAX_CLASS_DROP,

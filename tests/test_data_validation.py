@@ -5,6 +5,7 @@ import io
 import json
 import os
 import re
+import types
 
 import numpy as np
 import pandas as pd
@@ -583,10 +584,22 @@ def test_labels_are_not_judged_on_drifted_images(tmp_path, served_statistics):
     verdict = _label_gate(tmp_path, darker, serving, accept_drift=True)
     assert verdict["drift_accepted"] is True and verdict["labels_accepted"] is False
     labels = verdict["labels"]
-    assert labels["skipped"] == (
-        "not judged: the images drifted from the served model's training data"
-    )
     assert labels["noise_estimate"] > 0.3  # what would have read as wrong labels
+    # said wherever the run is read, not left to a missing line (dd83add said only
+    # "not judged", and the HTML report nothing)
+    expected = (
+        "NOT JUDGED: the images drifted from the served model's training data and "
+        "--accept-drift trains on them; the served model read "
+        f"{100 * labels['noise_estimate']:.1f}% of the labels as wrong"
+    )
+    assert labels["skipped"] == expected
+    from pipeline.local import report_data
+    from pipeline.local.report_text import comparison_lines
+
+    assert f"labels         {expected}" in comparison_lines(verdict)
+    run = types.SimpleNamespace(data_comparison=verdict, artifacts={})  # what the report reads
+    section = report_data.comparison_section(run)
+    assert f"labels: {expected}" in section["notes"]
 
 
 def _rotated(data):

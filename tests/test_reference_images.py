@@ -13,6 +13,7 @@ from tfx.types import standard_artifacts
 
 from components import reference_images as ri
 from components.contract import LABEL_NAMES, REFERENCE_CHECK_FILE
+from components.served_state import class_check
 from components.served_state import executor as served_state
 from pipeline.local import evaluation as evaluation_facts
 
@@ -175,7 +176,7 @@ def test_a_candidate_that_learned_exchanged_labels_is_not_pushed(tmp_path, monke
     assert (tmp_path / "blessing" / "NOT_BLESSED").exists()
     assert not (tmp_path / "blessing" / "BLESSED").exists()
     assert re.match(r"class (cat|dog) on the served", blessing.get_string_custom_property(
-        served_state.CLASS_REGRESSION_KEY))  # fmt: skip
+        class_check.CLASS_REGRESSION_KEY))  # fmt: skip
     line, problems = evaluation_facts.reference_facts(evaluation.uri)
     assert len(problems) == 2 and "100.0 points below the served model" in line
     assert (
@@ -200,22 +201,41 @@ def test_a_candidate_tfma_refused_stays_refused_with_its_classes_named(tmp_path,
     assert evaluation_facts.reference_facts(evaluation.uri)[1]
 
 
-def test_a_served_version_without_reference_images_is_said_so(tmp_path, monkeypatch):
+def test_a_served_version_without_reference_images_blocks_the_push_saying_why(
+    tmp_path, monkeypatch
+):
+    """The one check the new labels cannot move fails closed: at dd83add a served version
+    without its reference images let an exchanged candidate through, blessed."""
     evaluation, blessing = _evaluate(
         tmp_path, monkeypatch, candidate_exchanged=(CAT, DOG), reference=False
     )
-    assert blessing.get_int_custom_property("blessed") == 1
+    assert blessing.get_int_custom_property("blessed") == 0
+    assert (tmp_path / "blessing" / "NOT_BLESSED").exists()
+    assert not (tmp_path / "blessing" / "BLESSED").exists()
     line, problems = evaluation_facts.reference_facts(evaluation.uri)
-    assert problems == [] and line.startswith("not checked: the served version keeps no")
+    assert line.startswith("not checked: the served version keeps no")
+    assert problems == [blessing.get_string_custom_property(class_check.CLASS_REGRESSION_KEY)]
+    assert "--max-class-drop 1" in problems[0] and "keeps no reference images" in problems[0]
 
 
-def test_a_damaged_reference_set_is_named_and_does_not_fail_the_run(tmp_path, monkeypatch):
+def test_a_damaged_reference_set_is_named_and_blocks_the_push(tmp_path, monkeypatch):
     (tmp_path / "served" / "Format-Serving" / "assets.extra").mkdir(parents=True)
     (tmp_path / "served" / "Format-Serving" / ri.REFERENCE_FILE).write_bytes(b"half a file")
     evaluation, blessing = _evaluate(tmp_path, monkeypatch, reference=False)
-    assert blessing.get_int_custom_property("blessed") == 1
-    line, _ = evaluation_facts.reference_facts(evaluation.uri)
+    assert blessing.get_int_custom_property("blessed") == 0
+    line, problems = evaluation_facts.reference_facts(evaluation.uri)
     assert line.startswith("not checked: ") and "reference_images.npz: not a reference" in line
+    assert len(problems) == 1 and "reference_images.npz: not a reference" in problems[0]
+
+
+def test_a_margin_of_1_checks_nothing_and_keeps_the_blessing(tmp_path, monkeypatch):
+    """No class can fall more than 100 points: `--max-class-drop 1` is how a team pushes
+    over a served version that keeps no reference images."""
+    margin = {"max_class_drop": 1.0}
+    evaluation, blessing = _evaluate(tmp_path, monkeypatch, reference=False, properties=margin)
+    assert blessing.get_int_custom_property("blessed") == 1
+    line, problems = evaluation_facts.reference_facts(evaluation.uri)
+    assert line == "not checked: --max-class-drop 1 (no class can fall further)" and not problems
 
 
 # 1,000 reference images hold 100 cats: a cat taken for a dog is one point of that class.

@@ -14,7 +14,6 @@ refer to one version. Plain files and artifacts: the same code runs under every 
 
 from __future__ import annotations
 
-import json
 import os
 
 from absl import logging
@@ -26,10 +25,8 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.types.artifact import Artifact
 from tfx.utils import io_utils, path_utils
 
-from components import model_scoring, reference_images
 from components.contract import (
     NO_NEW_SPAN_PROPERTY,
-    REFERENCE_CHECK_FILE,
     SAVED_MODEL_FILE,
     SERVED_IMAGES_FILE,
     SERVED_STATE_FILE,
@@ -37,6 +34,7 @@ from components.contract import (
 )
 from components.keras_autograph import leave_tf_keras_unconverted
 from components.reference_images import MAX_CLASS_DROP
+from components.served_state.class_check import check_reference_classes
 from components.served_state.spec import (
     MAX_CLASS_DROP_KEY,
     SERVED_MODEL_KEY,
@@ -48,8 +46,6 @@ from components.served_versions import read_served_state
 SERVED_VERSION_KEY = "served_version"  # 0: nothing was served
 SERVED_FROM_KEY = "served_from"
 SERVED_SPANS_KEY = "served_spans"
-# On a blessing the reference check took away: the first class that fell, in words.
-CLASS_REGRESSION_KEY = "class_regression"
 
 
 def holds_saved_model(model: Artifact) -> bool:
@@ -123,51 +119,3 @@ class EvaluatorExecutor(evaluator_executor.Executor):
         super().Do(input_dict, output_dict, exec_properties)
         if standard_component_specs.BASELINE_MODEL_KEY in input_dict:
             check_reference_classes(input_dict, output_dict, max_drop)
-
-
-def check_reference_classes(input_dict, output_dict, max_drop: float) -> None:
-    """Scores the candidate and the baseline on the baseline's reference images and writes
-    the per-class result into the evaluation (REFERENCE_CHECK_FILE); a class that falls by
-    more than `max_drop` turns a blessing into none, named in the blessing's
-    `class_regression` property. A baseline without readable reference images, or without a
-    `logits` function to score them with, is said so in the file."""
-    get = artifact_utils.get_single_instance
-    evaluation = get(output_dict[standard_component_specs.EVALUATION_KEY])
-    blessing = get(output_dict[standard_component_specs.BLESSING_KEY])
-    baseline_dir = path_utils.serving_model_dir(
-        get(input_dict[standard_component_specs.BASELINE_MODEL_KEY]).uri
-    )
-    path = os.path.join(baseline_dir, reference_images.REFERENCE_FILE)
-    report = os.path.join(evaluation.uri, REFERENCE_CHECK_FILE)
-    candidate_dir = path_utils.serving_model_dir(
-        get(input_dict[standard_component_specs.MODEL_KEY]).uri
-    )
-    try:
-        if not fileio.exists(path):
-            raise ValueError("the served version keeps no reference images (pushed before them)")
-        with fileio.open(path, "rb") as handle:
-            reference = reference_images.from_bytes(handle.read(), path)
-        found = reference_images.check(
-            model_scoring.probabilities(baseline_dir, reference.images),
-            model_scoring.probabilities(candidate_dir, reference.images),
-            reference.labels,
-            max_drop,
-        )
-    except ValueError as why:  # an older or damaged served version: said, not fatal
-        io_utils.write_string_file(report, json.dumps({"not_checked": str(why)}))
-        logging.warning("Reference classes not checked: %s", why)
-        return
-    io_utils.write_string_file(report, found.to_json())
-    problems = found.problems()
-    logging.info("Reference classes: %s", "; ".join(problems) or "no class falls")
-    if problems:
-        blessing.set_string_custom_property(CLASS_REGRESSION_KEY, problems[0])
-    blessed = os.path.join(blessing.uri, evaluator_constants.BLESSED_FILE_NAME)
-    if problems and fileio.exists(blessed):
-        fileio.remove(blessed)
-        io_utils.write_string_file(
-            os.path.join(blessing.uri, evaluator_constants.NOT_BLESSED_FILE_NAME), ""
-        )
-        blessing.set_int_custom_property(
-            evaluator_constants.ARTIFACT_PROPERTY_BLESSED_KEY, evaluator_constants.NOT_BLESSED_VALUE
-        )

@@ -230,6 +230,16 @@ def _duplicates(examples: list) -> tuple[dict | None, list[str]]:
     ]
 
 
+def _labels_not_judged(labels, accept_drift: bool) -> str:
+    drifted = "the images drifted from the served model's training data"
+    if not accept_drift:
+        return f"not judged: {drifted}"
+    return (
+        f"NOT JUDGED: {drifted} and --accept-drift trains on them; the served model read "
+        f"{100 * labels.noise:.1f}% of the labels as wrong"
+    )
+
+
 # The stops this run accepted (--accept-drift, --accept-labels, --accept-duplicates).
 ACCEPTED_PROPERTY = "accepted_stops"
 
@@ -272,8 +282,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         mislabelled = labels.problems() if labels else []
         if mislabelled and drifted:
             # On images unlike its training data the served model's disagreement says as much
-            # about the images as about the labels: the drift lines say what happened.
-            why_not = "not judged: the images drifted from the served model's training data"
+            # about the images as about the labels: the drift lines say what happened. A run
+            # that accepts the drift trains on labels nobody judged, and says so loudly.
+            why_not = _labels_not_judged(labels, accept_drift)
             mislabelled = []
         verdict = {
             "skew": skew.to_json(),

@@ -79,7 +79,7 @@ def reference_facts(evaluation_uri: str) -> tuple[str | None, list[str]]:
     if found is None:
         return None, []
     if "not_checked" in found:
-        return f"not checked: {found['not_checked']}", []
+        return f"not checked: {found['not_checked']}", list(found.get("problems", []))
     drops = [
         (served - candidate, label)
         for label, (served, candidate) in enumerate(zip(found["served"], found["candidate"]))

@@ -232,6 +232,8 @@ def comparison_section(summary: RunSummary) -> dict[str, Any] | None:
             rows.append(
                 [kind, d["feature"], d["measure"], f"{d['value']:.4f}", d["threshold"], verdict]
             )
+    if (comparison.get("labels") or {}).get("skipped"):
+        notes.append(f"labels: {comparison['labels']['skipped']}")
     if duplicates_text(comparison):
         notes.append(f"duplicates: {duplicates_text(comparison)}")
     return {
