@@ -14,7 +14,7 @@ exchange excess over all class pairs (the smaller of its two directions, minus t
 reference), the noise estimate's excess over the reference's, the representation shift (the
 largest per-class Kolmogorov-Smirnov statistic of the class probabilities against the eval
 split's) and the embeddings' maximum mean discrepancy against the eval split's sample
-(components/embedding_shift.py); a row stops the run when one is beyond its margin.
+(components/drift.py); a row stops the run when one is beyond its margin.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 from benchmarks.bench_docs import measured_on
-from components import embedding_shift, label_agreement, model_scoring
+from components import drift, label_agreement, model_scoring
 from components.cifar10_example_gen import sources
 from components.contract import LABEL_NAMES, NUM_CLASSES
 from components.served_versions import newest_complete_version
@@ -136,8 +136,8 @@ def measure(
             trained = time.time() - started
             with open(os.path.join(version, label_agreement.REFERENCE_FILE)) as handle:
                 served = label_agreement.Reference.from_json(handle.read())
-            with open(os.path.join(version, embedding_shift.REFERENCE_FILE), "rb") as handle:
-                kept = embedding_shift.from_bytes(handle.read(), version)
+            with open(os.path.join(version, drift.EMBEDDING_FILE), "rb") as handle:
+                kept = drift.embeddings_from_bytes(handle.read(), version)
             rng = np.random.default_rng(seed + size)
             spans = [(f"clean {i + 1}", used + i * span) for i in range(samples)]
             fault_start = used + samples * span
@@ -159,7 +159,7 @@ def measure(
                 for case, (scored, embedded, given) in cases.items():
                     ids = [str(i) for i in range(len(given))]
                     judged = label_agreement.judge(scored, given, ids, served, "")
-                    mmd, _ = embedding_shift.compare(kept, embedded)  # as the gate does
+                    mmd, _ = drift.compare_embeddings(kept, embedded)  # as the gate does
                     rows.append({
                         "served": size, "warm": warm_start, "span": span, "case": case,
                         "accuracy": float(np.trace(served.counts) / served.counts.sum()),
@@ -167,7 +167,7 @@ def measure(
                         "noise": judged.noise, "reference_noise": served.noise,
                         "shift": judged.shift, "mmd": mmd,
                         "stopped": bool(judged.problems() or judged.shift_problems()
-                                        or (mmd or 0.0) > embedding_shift.THRESHOLD),
+                                        or (mmd or 0.0) > drift.MMD_THRESHOLD),
                         "score_seconds": seconds, "train_seconds": trained,
                     })  # fmt: skip
     return rows
@@ -184,8 +184,8 @@ def _warm(row: dict) -> str:
 def table(rows: list[dict]) -> str:
     lines = [
         f"exchange margin {label_agreement.EXCHANGE_MARGIN}, noise margin "
-        f"{label_agreement.NOISE_MARGIN}, shift threshold {label_agreement.SHIFT_THRESHOLD}, "
-        f"embedding threshold {embedding_shift.THRESHOLD}",
+        f"{label_agreement.NOISE_MARGIN}, shift threshold {drift.SHIFT_THRESHOLD}, "
+        f"embedding threshold {drift.MMD_THRESHOLD}",
         "",
         "| served images (eval acc.) | span | data | exchange excess | noise est. "
         "(reference) | noise excess | shift (KS) | embeddings (MMD) | stopped | scoring s |",

@@ -19,6 +19,7 @@ import os
 import numpy as np
 
 from components.contract import LABEL_NAMES, NUM_CLASSES
+from components.drift import SHIFT_THRESHOLD, class_shift, every_kth, too_few
 
 REFERENCE_FILE = os.path.join("assets.extra", "label_reference.json")
 # Judged when the served version keeps no reference (pushed before references existed): how
@@ -35,15 +36,6 @@ NOISE_MARGIN = 0.08
 SCORED_SAMPLE = 5000
 # Class probabilities of at most this many eval images are kept in the reference.
 REFERENCE_SAMPLE = 2000
-# The span's images look unlike the served model's eval split when a class's probabilities
-# are further apart than this (the largest Kolmogorov-Smirnov statistic over the classes;
-# docs/data-validation.md has the measured values).
-SHIFT_THRESHOLD = 0.1
-# Below this many images on either side the statistic's sampling noise nears the threshold.
-# 900, not 1,000: the eval split carved from 10,000 images holds 994-996 (class-balanced
-# floors), and a version served from them read 0.034-0.042 on clean spans
-# (docs/data-validation.md), well below the threshold.
-MIN_SHIFT_SAMPLE = 900
 SUSPECTS_KEPT = 100
 
 
@@ -130,49 +122,12 @@ class Reference:
         )
 
 
-def every_kth(rows: np.ndarray, kept: int = REFERENCE_SAMPLE) -> np.ndarray:
-    """At most `kept` rows, evenly spaced (deterministic)."""
-    return rows[:: max(1, -(-len(rows) // kept))]
-
-
-def too_few(reference: int, scored: int) -> str:
-    """Why a shift statistic is not computed on samples of these sizes ('' when it is)."""
-    if min(reference, scored) >= MIN_SHIFT_SAMPLE:
-        return ""
-    return (
-        f"too few images ({reference:,} of its eval split, {scored:,} scored; "
-        f"{MIN_SHIFT_SAMPLE:,} each needed)"
-    )
-
-
 def reference(probabilities: np.ndarray, labels: np.ndarray) -> Reference:
     return Reference(
         confusion(labels, probabilities.argmax(axis=1)),
         noise_estimate(probabilities, labels),
-        every_kth(probabilities),
+        every_kth(probabilities, REFERENCE_SAMPLE),
     )
-
-
-def ks_statistic(a: np.ndarray, b: np.ndarray) -> float:
-    """The two-sample Kolmogorov-Smirnov statistic: the largest gap between the two
-    empirical distribution functions."""
-    a, b = np.sort(a), np.sort(b)
-    points = np.concatenate([a, b])
-    gap = np.searchsorted(a, points, side="right") / len(a) - np.searchsorted(
-        b, points, side="right"
-    ) / len(b)
-    return float(np.abs(gap).max())
-
-
-def representation_shift(probabilities: np.ndarray, served: Reference) -> tuple[float, int]:
-    """Black-box shift detection (Lipton et al. 2018; Rabanser et al., "Failing Loudly",
-    2019): the largest per-class Kolmogorov-Smirnov statistic between the served model's
-    class probabilities on the span and on its own eval split, and that class."""
-    statistics = [
-        ks_statistic(probabilities[:, k], served.sample[:, k]) for k in range(NUM_CLASSES)
-    ]
-    worst = int(np.argmax(statistics))
-    return round(statistics[worst], 4), worst
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,10 +143,10 @@ class Judgement:
     noise: float
     reference_noise: float | None
     suspects: list[dict]
-    shift: float | None = None  # representation_shift; None: the reference keeps no sample
+    shift: float | None = None  # drift.class_shift; None: the reference keeps no sample
     shift_class: int = 0
     shift_skipped: str = ""  # why the shift was not measured
-    # The embeddings' maximum mean discrepancy (components/embedding_shift.py), measured by
+    # The embeddings' maximum mean discrepancy (components/drift.py), measured by
     # the gate; None: not measured, and why.
     embedding_shift: float | None = None
     embedding_threshold: float = 0.0
@@ -298,7 +253,7 @@ def judge(
     if served is not None and served.sample is not None:
         shift_skipped = too_few(len(served.sample), len(probabilities))
         if not shift_skipped:
-            shift, shift_class = representation_shift(probabilities, served)
+            shift, shift_class = class_shift(probabilities, served.sample)
     return Judgement(
         shift=shift,
         shift_class=shift_class,

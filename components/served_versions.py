@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import posixpath
 
-from components import object_store
 from components.contract import (
     SAVED_MODEL_FILE,
     SERVED_IMAGES_FILE,
@@ -25,37 +22,7 @@ from components.contract import (
     SERVED_STATISTICS_FILE,
     newest_served_version,
 )
-
-
-def _gfile(path: str):
-    return object_store.gfile(path)
-
-
-def _remote(path: str) -> bool:
-    return "://" in path
-
-
-def join(*parts: str) -> str:
-    return posixpath.join(*parts) if _remote(parts[0]) else os.path.join(*parts)
-
-
-def exists(path: str) -> bool:
-    return _gfile(path).exists(path) if _remote(path) else os.path.exists(path)
-
-
-def listdir(path: str) -> list[str]:
-    """Names directly under `path` (no trailing slash); empty when it does not exist."""
-    if _remote(path):
-        return sorted(n.rstrip("/") for n in _gfile(path).listdir(path)) if exists(path) else []
-    return sorted(os.listdir(path)) if os.path.isdir(path) else []
-
-
-def read_text(path: str) -> str:
-    if _remote(path):
-        with _gfile(path).GFile(path) as handle:
-            return handle.read()
-    with open(path) as handle:
-        return handle.read()
+from components.paths import exists, join, listdir, read_text
 
 
 def is_complete(serving_model_dir: str, version: str) -> bool:

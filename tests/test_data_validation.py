@@ -154,7 +154,7 @@ def _save_oracle(folder, reference=True, features=True):
     writes them) unless `reference` is False."""
     import tensorflow as tf
 
-    from components import embedding_shift, label_agreement
+    from components import drift, label_agreement
 
     module = tf.Module()
     spec = [tf.TensorSpec([None, 32, 32, 3], tf.uint8)]
@@ -169,7 +169,7 @@ def _save_oracle(folder, reference=True, features=True):
         (folder / "assets.extra").mkdir(exist_ok=True)
         (folder / label_agreement.REFERENCE_FILE).write_text(found.to_json())
         embeddings = _Oracle.features(images)["embeddings"].numpy()
-        (folder / embedding_shift.REFERENCE_FILE).write_bytes(embedding_shift.to_bytes(embeddings))
+        (folder / drift.EMBEDDING_FILE).write_bytes(drift.embeddings_to_bytes(embeddings))
 
 
 def _served(tmp_path, statistics, version="1700000000", reference=True, features=True):
@@ -647,13 +647,13 @@ def test_a_served_version_without_usable_embeddings_says_the_check_did_not_run(
 ):
     """An older export (no `features` function, or no sample kept) or a damaged sample: the
     embedding check says why it did not run, and the rest of the gate goes on."""
-    from components import embedding_shift
+    from components import drift
     from pipeline.local.report_text import comparison_lines
 
     damaged = served_as.pop("damaged", False)
     serving = _served(tmp_path, served_statistics, **served_as)
     if damaged:
-        (serving / "1700000000" / embedding_shift.REFERENCE_FILE).write_bytes(b"not numpy")
+        (serving / "1700000000" / drift.EMBEDDING_FILE).write_bytes(b"not numpy")
     verdict = _label_gate(tmp_path, _sample(seed=2), serving)
     labels = verdict["labels"]
     assert labels["embedding_shift"] is None and re.fullmatch(says, labels["embedding_skipped"])
@@ -664,7 +664,7 @@ def test_a_served_version_without_usable_embeddings_says_the_check_did_not_run(
 def test_the_shift_statistic_is_kolmogorov_smirnovs():
     from scipy import stats
 
-    from components.label_agreement import ks_statistic
+    from components.drift import ks_statistic
 
     rng = np.random.default_rng(0)
     a, b = rng.normal(0, 1, 700), rng.normal(0.3, 1.2, 500)

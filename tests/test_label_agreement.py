@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 
+from components import drift
 from components import label_agreement as la
 
 
@@ -42,7 +43,7 @@ def test_a_clean_span_passes_every_check(served):
     judged = _judge(_model(true, 3), true, served)
     assert judged.problems() == [] and judged.shift_problems() == []
     assert judged.exchanged == () and abs(judged.noise - judged.reference_noise) < 0.03
-    assert judged.shift < la.SHIFT_THRESHOLD
+    assert judged.shift < drift.SHIFT_THRESHOLD
 
 
 def test_exchanged_classes_are_named_with_both_directions(served):
@@ -92,4 +93,4 @@ def test_the_reference_keeps_tiny_probabilities_apart():
     found = la.reference(_model(true, 1), true)
     back = la.Reference.from_json(found.to_json())
     assert (back.sample > 0).all()
-    assert la.ks_statistic(back.sample[:, 0], found.sample[:, 0]) < 0.01
+    assert drift.ks_statistic(back.sample[:, 0], found.sample[:, 0]) < 0.01

@@ -16,10 +16,9 @@ import dataclasses
 import hashlib
 import json
 import os
-import posixpath
 import re
 
-from components import object_store
+from components import paths
 from components.cifar10_example_gen.sources import SourceError, count_records
 from components.served_versions import ServedState
 
@@ -41,34 +40,16 @@ class NoNewSpan(RuntimeError):
     """The newest span selected is already in the served model's record: nothing to train."""
 
 
-def _gfile(path: str):
-    return object_store.gfile(path)
-
-
-def _listdir(path: str) -> list[str]:
-    if "://" in path:
-        return [name.rstrip("/") for name in _gfile(path).listdir(path)]
-    return sorted(os.listdir(path)) if os.path.isdir(path) else []
-
-
-def _isdir(path: str) -> bool:
-    return _gfile(path).isdir(path) if "://" in path else os.path.isdir(path)
-
-
-def _join(*parts: str) -> str:
-    return posixpath.join(*parts) if "://" in parts[0] else os.path.join(*parts)
-
-
 def span_folders(root: str) -> dict[int, str]:
     """{span number: folder} of the `span-N` folders directly under `root`; empty when `root`
     is a plain source (an archive, or a folder without span folders). A `span-0` folder, or
     a number with a leading zero (`span-01` beside `span-1`), refuses the whole root."""
-    if not _isdir(root):
+    if not paths.isdir(root):
         return {}
     found = {}
-    for name in _listdir(root):
+    for name in paths.listdir(root):
         match = SPAN_FOLDER.match(name)
-        if not (match and _isdir(_join(root, name))):
+        if not (match and paths.isdir(paths.join(root, name))):
             continue
         number = int(match.group(1))
         if number == 0:
@@ -76,9 +57,9 @@ def span_folders(root: str) -> dict[int, str]:
         elif match.group(1).startswith("0"):
             problem = f"a span number has no leading zero; rename it span-{number}"
         else:
-            found[number] = _join(root, name)
+            found[number] = paths.join(root, name)
             continue
-        raise SpanError(f"{name} ({_join(root, name)}): {problem}")
+        raise SpanError(f"{name} ({paths.join(root, name)}): {problem}")
     return dict(sorted(found.items()))
 
 
@@ -86,13 +67,13 @@ def span_source(folder: str) -> str:
     """The source inside a span folder: its one archive file, else the folder itself (an
     extracted release or an image folder tree, which the readers check). The `_SUCCESS`
     marker is no source."""
-    names = [n for n in _listdir(folder) if n != SUCCESS_FILE]
+    names = [n for n in paths.listdir(folder) if n != SUCCESS_FILE]
     if not names:
         raise SpanError(f"{folder}: the span folder is empty")
     archives = [n for n in names if n.endswith(ARCHIVE_SUFFIXES)]
     if len(archives) > 1:
         raise SpanError(f"{folder}: more than one archive in the span folder ({archives})")
-    return _join(folder, archives[0]) if archives else folder
+    return paths.join(folder, archives[0]) if archives else folder
 
 
 def select(spans: dict[int, str], span: int = NEWEST, window: int = 1) -> list[int]:
@@ -119,44 +100,23 @@ def content_fingerprint(source: str) -> str:
     keeps its fingerprint, a changed byte does not. A span folder's `_SUCCESS` marker is
     not content."""
     digest = hashlib.sha256()
-    files = [source] if not _isdir(source) else _walk(source)
+    files = [source] if not paths.isdir(source) else paths.walk(source)
     for path in files:
         name = os.path.relpath(path, source)
         if name == SUCCESS_FILE:
             continue
         digest.update(name.encode() + b"\0")
-        opener = _gfile(path).GFile if "://" in path else open
-        with opener(path, "rb") as handle:
+        with paths.open_binary(path) as handle:
             while chunk := handle.read(1 << 22):
                 digest.update(chunk)
     return digest.hexdigest()[:32]
 
 
-def _walk(root: str) -> list[str]:
-    if "://" in root:
-        return sorted(
-            _join(folder, name) for folder, _, names in _gfile(root).walk(root) for name in names
-        )
-    return sorted(os.path.join(d, n) for d, _, names in os.walk(root) for n in names)
-
-
-def _exists(path: str) -> bool:
-    return _gfile(path).exists(path) if "://" in path else os.path.exists(path)
-
-
-def _read(path: str) -> str:
-    if "://" in path:
-        with _gfile(path).GFile(path) as handle:
-            return handle.read()
-    with open(path) as handle:
-        return handle.read()
-
-
 def _promised_counts(name: str, marker: str) -> dict[str, int] | None:
     """The record counts a `_SUCCESS` file states ({} when empty), None when it is absent."""
-    if not _exists(marker):
+    if not paths.exists(marker):
         return None
-    text = _read(marker).strip()
+    text = paths.read_text(marker).strip()
     try:
         counts = json.loads(text) if text else {}
     except ValueError:
@@ -178,7 +138,7 @@ def check_complete(number: int, folder: str, source: str) -> None:
     states record counts, the span must hold exactly those. Raises SpanError (incomplete)
     or SourceError (a bad or truncated source), naming the span folder."""
     name = f"span-{number} ({folder})"
-    promised = _promised_counts(name, _join(folder, SUCCESS_FILE))
+    promised = _promised_counts(name, paths.join(folder, SUCCESS_FILE))
     archive = source != folder
     if promised is None and not archive:
         raise SpanError(
@@ -220,7 +180,7 @@ def resolve(root: str, span: int = NEWEST, window: int = 1) -> Resolution:
                 f"{root}: span settings (span {span}, window {window}) need a folder of "
                 "span-N folders (TFX's {SPAN})"
             )
-        if not _exists(root):
+        if not paths.exists(root):
             raise SourceError(f"{root}: no such file or folder")
         return Resolution([0], {0: root}, {0: content_fingerprint(root)})
     numbers = select(folders, span, window)

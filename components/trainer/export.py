@@ -24,7 +24,7 @@ import os
 import numpy as np
 from absl import logging
 
-from components import embedding_shift, label_agreement, object_store, reference_images
+from components import drift, label_agreement, object_store, reference_images
 from components.contract import (
     CLASSES_KEY,
     EMBEDDINGS_KEY,
@@ -284,7 +284,7 @@ def write_label_reference(
     shift_images: np.ndarray | None = None,
 ) -> None:
     """The model's label reference (components/label_agreement.py) on the eval split, and its
-    class probabilities and embeddings (components/embedding_shift.py) on `shift_images`
+    class probabilities and embeddings (components/drift.py) on `shift_images`
     (the reference images, which a warm start carries forward, so a version fine-tuned on a
     small span still keeps enough; default: the eval split), in the export's
     assets.extra/: what clean labels and clean images look like to it, against which a later
@@ -300,15 +300,17 @@ def write_label_reference(
     found = label_agreement.reference(probabilities, labels.numpy())
     if elsewhere:
         probabilities, embeddings = _one_view(served, both, tf.constant(shift_images), batch)
-        found = dataclasses.replace(found, sample=label_agreement.every_kth(probabilities))
+        found = dataclasses.replace(
+            found, sample=drift.every_kth(probabilities, label_agreement.REFERENCE_SAMPLE)
+        )
     path = os.path.join(export_dir, label_agreement.REFERENCE_FILE)
     tf.io.gfile.makedirs(os.path.dirname(path))
     with tf.io.gfile.GFile(path, "w") as handle:
         handle.write(found.to_json())
     if embeddings is not None:
-        path = os.path.join(export_dir, embedding_shift.REFERENCE_FILE)
+        path = os.path.join(export_dir, drift.EMBEDDING_FILE)
         with tf.io.gfile.GFile(path, "wb") as out:
-            out.write(embedding_shift.to_bytes(embeddings))
+            out.write(drift.embeddings_to_bytes(embeddings))
 
 
 def write_reference_images(

@@ -1,7 +1,7 @@
 """The label check: a sample of the span's new records scored by the served model (a Beam
 step, components/validation_gate/scoring.py, on the records' raw pixels), judged by
 components/label_agreement.py against the reference the served version keeps, and its
-embeddings compared with the served version's (components/embedding_shift.py)."""
+embeddings compared with the served version's (components/drift.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from components import embedding_shift, label_agreement
+from components import drift, label_agreement
 from components.contract import TRAIN_SPLIT
 from components.served_versions import load_served_state
 from components.validation_gate import scoring
@@ -65,23 +65,23 @@ def check_labels(
 
 def _embedding_shift(model_dir: str, embeddings, version: str) -> dict:
     """The Judgement's embedding fields: the scored images' embeddings against the served
-    version's sample of its eval split's (components/embedding_shift.py), or why not."""
-    path = os.path.join(model_dir, embedding_shift.REFERENCE_FILE)
+    version's sample of its eval split's (components/drift.py), or why not."""
+    path = os.path.join(model_dir, drift.EMBEDDING_FILE)
     if embeddings is None:
         return {"embedding_skipped": f"served version {version} exports no embeddings"}
     if not fileio.exists(path):
         return {"embedding_skipped": f"served version {version} keeps no embedding sample"}
     try:
         with fileio.open(path, "rb") as handle:
-            kept = embedding_shift.from_bytes(handle.read(), path)
-        value, said = embedding_shift.compare(kept, embeddings)
+            kept = drift.embeddings_from_bytes(handle.read(), path)
+        value, said = drift.compare_embeddings(kept, embeddings)
     except ValueError as err:  # a damaged sample, or one of another network's width
         return {"embedding_skipped": f"not compared: {err}"}
     if value is None:
         return {"embedding_skipped": said}
     return {
         "embedding_shift": value,
-        "embedding_threshold": embedding_shift.THRESHOLD,
+        "embedding_threshold": drift.MMD_THRESHOLD,
         "embedding_compared": said,
         "embedding_skipped": "",
     }

@@ -1,6 +1,7 @@
 """What the gate reads from the ExampleGen's records themselves, for checks the statistics
-cannot answer: statistics of some spans of a window, and exactly how many images fall outside
-a summary's domain. Only the label and summary features are parsed, in batches, never pixels."""
+cannot answer: statistics of some spans of a window, exactly how many images fall outside a
+summary's domain (both parse only the label and summary features), and the hashes of each
+image's pixels that find exact and near copies (`image_hashes`, the one reader of pixels)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Representation drift on the served model's embeddings (components/embedding_shift.py): the
+"""Representation drift on the served model's embeddings (components/drift.py): the
 statistic, the sample each export keeps, and the export's `features` function that a next run
 embeds a span with, on the same scale as the sample."""
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from test_inference import _images, _trained_looking_airbench
 
-from components import embedding_shift
+from components import drift
 from components.contract import EMBEDDINGS_KEY, LOGITS_KEY
 from components.trainer import export, inference, model
 from components.trainer.keras import tf
@@ -30,36 +30,36 @@ def test_the_statistic_is_the_unbiased_squared_mmd_with_the_references_median_wi
     x, y = rng.normal(0, 1, (40, 3)), rng.normal(0.5, 1.5, (30, 3))
     distances = [np.sum((x[i] - x[j]) ** 2) for i in range(40) for j in range(i + 1, 40)]
     expected = _direct_mmd(x, y, float(np.median(distances)))
-    assert embedding_shift.mmd(x, y) == pytest.approx(expected, abs=1e-4)
+    assert drift.mmd(x, y) == pytest.approx(expected, abs=1e-4)
     # The width is the reference's whatever the span: one spread far wider cannot widen it.
     wider = _direct_mmd(x, 10 * y, float(np.median(distances)))
-    assert embedding_shift.mmd(x, 10 * y) == pytest.approx(wider, abs=1e-4)
+    assert drift.mmd(x, 10 * y) == pytest.approx(wider, abs=1e-4)
 
 
 def test_one_distribution_reads_near_zero_and_a_shifted_one_does_not():
     rng = np.random.default_rng(1)
     reference = np.abs(rng.normal(0, 1, (2000, 64)))
     clean = np.abs(rng.normal(0, 1, (3000, 64)))
-    assert abs(embedding_shift.mmd(reference, clean)) < 0.005
-    assert embedding_shift.mmd(reference, clean * 1.3) > embedding_shift.THRESHOLD
+    assert abs(drift.mmd(reference, clean)) < 0.005
+    assert drift.mmd(reference, clean * 1.3) > drift.MMD_THRESHOLD
 
 
 def test_embeddings_of_another_width_are_refused():
     with pytest.raises(ValueError, match="span's embeddings have 8 dimensions, the reference's 4"):
-        embedding_shift.mmd(np.ones((10, 4)), np.ones((10, 8)))
+        drift.mmd(np.ones((10, 4)), np.ones((10, 8)))
 
 
 def test_the_kept_sample_is_at_most_sample_rows_of_float16_and_a_bad_file_is_named():
     rows = np.random.default_rng(2).normal(0, 1, (5000, 16))
-    kept = embedding_shift.from_bytes(embedding_shift.to_bytes(rows), "x.npz")
+    kept = drift.embeddings_from_bytes(drift.embeddings_to_bytes(rows), "x.npz")
     assert kept.shape == (1667, 16)  # every third row: at most SAMPLE
     np.testing.assert_allclose(kept, rows[::3], rtol=1e-3, atol=1e-3)
     with pytest.raises(ValueError, match=r"^bad\.npz: not an embedding sample"):
-        embedding_shift.from_bytes(b"\x00" * 10, "bad.npz")
+        drift.embeddings_from_bytes(b"\x00" * 10, "bad.npz")
     infinite = rows.copy()
     infinite[3, 3] = np.inf
     with pytest.raises(ValueError, match=r"^inf\.npz: .*not finite"):
-        embedding_shift.from_bytes(embedding_shift.to_bytes(infinite), "inf.npz")
+        drift.embeddings_from_bytes(drift.embeddings_to_bytes(infinite), "inf.npz")
 
 
 @pytest.mark.parametrize("architecture", ["airbench", "seed_cnn"])
@@ -80,8 +80,8 @@ def test_the_export_embeds_on_the_scale_of_the_sample_it_keeps(tmp_path, archite
     np.testing.assert_allclose(
         found[LOGITS_KEY].numpy(), loaded.logits(images).numpy(), rtol=1e-5, atol=1e-5
     )
-    with open(f"{export_dir}/{embedding_shift.REFERENCE_FILE}", "rb") as handle:
-        kept = embedding_shift.from_bytes(handle.read(), "kept")
+    with open(f"{export_dir}/{drift.EMBEDDING_FILE}", "rb") as handle:
+        kept = drift.embeddings_from_bytes(handle.read(), "kept")
     np.testing.assert_allclose(kept, found[EMBEDDINGS_KEY].numpy(), rtol=2e-3, atol=2e-3)
     if architecture == "airbench":  # the trained network's activations are on another scale
         trained = inference.with_embeddings(network)(images)[0].numpy()
@@ -102,7 +102,7 @@ def test_a_network_without_a_head_of_its_own_exports_no_features_and_keeps_no_sa
     export.write_label_reference(network, images, labels, export_dir)
     loaded = tf.saved_model.load(export_dir)
     assert not hasattr(loaded, "features") and loaded.logits(images).shape == (20, 10)
-    assert not (tmp_path / "export" / embedding_shift.REFERENCE_FILE).exists()
+    assert not (tmp_path / "export" / drift.EMBEDDING_FILE).exists()
     assert (tmp_path / "export" / "assets.extra" / "label_reference.json").exists()
 
 
@@ -121,5 +121,5 @@ def test_the_shift_baselines_come_from_the_reference_images_a_warm_start_carries
     export.write_label_reference(network, images, labels, export_dir, shift_images=carried)
     found = json.loads((tmp_path / "export" / label_agreement.REFERENCE_FILE).read_text())
     assert np.sum(found["confusion"]) == 40 and len(found["probabilities_sample"]) == 300
-    with open(f"{export_dir}/{embedding_shift.REFERENCE_FILE}", "rb") as handle:
-        assert embedding_shift.from_bytes(handle.read(), "kept").shape == (300, 512)
+    with open(f"{export_dir}/{drift.EMBEDDING_FILE}", "rb") as handle:
+        assert drift.embeddings_from_bytes(handle.read(), "kept").shape == (300, 512)

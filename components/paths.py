@@ -1,0 +1,60 @@
+"""Paths that may be local or remote (gs://, s3://): the one set of helpers every module uses
+to read them, through tf.io.gfile (object_store's, which also knows s3://) where remote and
+the standard library where local, so local runs need no TensorFlow file system at all."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+
+from components import object_store
+
+
+def is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def _gfile(path: str):
+    return object_store.gfile(path)
+
+
+def join(*parts: str) -> str:
+    return posixpath.join(*parts) if is_remote(parts[0]) else os.path.join(*parts)
+
+
+def exists(path: str) -> bool:
+    return _gfile(path).exists(path) if is_remote(path) else os.path.exists(path)
+
+
+def isdir(path: str) -> bool:
+    return _gfile(path).isdir(path) if is_remote(path) else os.path.isdir(path)
+
+
+def listdir(path: str) -> list[str]:
+    """Names directly under `path`, sorted, without a trailing slash; empty when it does not
+    exist."""
+    if is_remote(path):
+        return sorted(n.rstrip("/") for n in _gfile(path).listdir(path)) if exists(path) else []
+    return sorted(os.listdir(path)) if os.path.isdir(path) else []
+
+
+def walk(root: str) -> list[str]:
+    """Every file under `root`, sorted."""
+    if is_remote(root):
+        found = (
+            join(folder, name) for folder, _, names in _gfile(root).walk(root) for name in names
+        )
+        return sorted(found)
+    return sorted(os.path.join(d, n) for d, _, names in os.walk(root) for n in names)
+
+
+def open_binary(path: str):
+    return _gfile(path).GFile(path, "rb") if is_remote(path) else open(path, "rb")
+
+
+def read_text(path: str) -> str:
+    if is_remote(path):
+        with _gfile(path).GFile(path) as handle:
+            return handle.read()
+    with open(path) as handle:
+        return handle.read()
