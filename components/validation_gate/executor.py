@@ -217,12 +217,19 @@ def _duplicates(examples: list) -> tuple[dict | None, list[str]]:
     dropped = os.path.join(examples[0].uri, EVAL_DROPPED_FILE)  # none from older ExampleGens
     recorded = json.loads(io_utils.read_string_file(dropped)) if fileio.exists(dropped) else None
     copies = duplicates(train, evals, recorded)
+    return copies, duplicate_problems(copies, recorded)
+
+
+def duplicate_problems(copies: dict, recorded: dict | None) -> list[str]:
+    """The problem line when exact and near copies together are more than DUPLICATE_SHARE
+    of the run's images (`copies`: records.duplicates; `recorded`: what the ExampleGen
+    dropped from eval, or None)."""
     repeated = copies["copies"] + copies["near_copies"]
     if repeated <= DUPLICATE_SHARE * copies["images"]:
-        return copies, []
+        return []
     dropped_copies = recorded["copies_of_train"] if recorded else 0
     also = copies["eval_in_train"] + dropped_copies
-    return copies, [
+    return [
         f"duplicates: {repeated:,} of {copies['images']:,} images are copies of another image "
         f"of this run ({copies['copies']:,} exact, {copies['near_copies']:,} near: the same "
         f"picture re-encoded; {also:,} eval images also in train"
