@@ -62,6 +62,22 @@ def read_spans_record(record: str) -> dict[int, str]:
     return {int(k): v for k, v in json.loads(read_text(record))["fingerprints"].items()}
 
 
+# Versions taken out of service (`cifar10-pipeline rollback`) are kept aside here, each
+# folder with a record beside it (`<version>.json`: who, when, why, its spans): TF Serving
+# reads only numbered folders, and no later night serves, warm-starts from, compares with
+# or retrains the spans of a version kept here unattended.
+ROLLED_BACK_DIR = ".rolled-back"
+
+
+def rolled_back(serving_model_dir: str) -> dict[str, dict]:
+    """{version: its rollback record} of the versions kept aside, oldest first."""
+    folder = join(serving_model_dir, ROLLED_BACK_DIR) if serving_model_dir else ""
+    versions = sorted(
+        (n[:-5] for n in listdir(folder) if n.endswith(".json") and n[:-5].isdigit()), key=int
+    )
+    return {v: json.loads(read_text(join(folder, f"{v}.json"))) for v in versions}
+
+
 class ServedVersionChanged(RuntimeError):
     """The serving folder serves another version than the one the run judged against."""
 
@@ -85,6 +101,18 @@ class ServedState:
     version: str | None = None
     spans: dict[int, str] = dataclasses.field(default_factory=dict)
     published: dict[int, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    # {version: rollback record} of the versions taken out of service (ROLLED_BACK_DIR).
+    rolled_back: dict[str, dict] = dataclasses.field(default_factory=dict)
+
+    def rollback_of(self, number: int, fingerprint: str) -> tuple[str, dict] | None:
+        """(version, record) of a rolled-back version trained on this span's content, the
+        latest such; None when no rolled-back version was."""
+        found = [
+            (version, record)
+            for version, record in self.rolled_back.items()
+            if record.get("spans", {}).get(str(number)) == fingerprint
+        ]
+        return max(found, key=lambda item: int(item[0])) if found else None
 
     @property
     def version_dir(self) -> str:
@@ -97,6 +125,7 @@ class ServedState:
                 "version": self.version,
                 "spans": {str(k): v for k, v in sorted(self.spans.items())},
                 "published": {str(k): list(v) for k, v in sorted(self.published.items())},
+                "rolled_back": self.rolled_back,
             },
             indent=1,
         )
@@ -116,6 +145,7 @@ class ServedState:
             version=data["version"],
             spans={int(k): v for k, v in data["spans"].items()},
             published={int(k): (v[0], v[1]) for k, v in data["published"].items()},
+            rolled_back=data.get("rolled_back", {}),
         )
 
 
@@ -133,6 +163,7 @@ def read_served_state(serving_model_dir: str) -> ServedState:
         version=newest,
         spans=records[newest] if newest else {},
         published=published,
+        rolled_back=rolled_back(serving_model_dir),
     )
 
 

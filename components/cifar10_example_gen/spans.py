@@ -198,7 +198,8 @@ def resolve(root: str, span: int = NEWEST, window: int = 1) -> Resolution:
 def check_not_stale(fingerprints: dict[int, str], served: ServedState, force: bool = False) -> None:
     """Refuses (SpanError) a span whose fingerprint differs from the one a served version
     published for its number; raises NoNewSpan when the newest span is one the served
-    version was trained on (its ancestors' spans included), unless `force`. A plain source
+    version was trained on (its ancestors' spans included) or one that trained a version
+    since rolled back (same content), unless `force`. A plain source
     (span 0) is new unless the served version was trained on exactly its content: another
     archive given as --data is new data, not a changed span."""
     for number, fingerprint in sorted(fingerprints.items()):
@@ -211,6 +212,15 @@ def check_not_stale(fingerprints: dict[int, str], served: ServedState, force: bo
                 "as a new span"
             )
     newest = max(fingerprints)
+    rolled_back = served.rollback_of(newest, fingerprints[newest])
+    if rolled_back and not force:
+        version, record = rolled_back
+        raise NoNewSpan(
+            f"no new span: {f'span-{newest}' if newest else 'this source'} trained version "
+            f"{version}, which was rolled back ({record.get('who', 'someone')}, "
+            f"{record.get('when', '?')}: {record.get('why', 'no reason given')}); nothing is "
+            "retrained unattended (--force retrains)"
+        )
     if not newest and served.spans.get(0) == fingerprints[0] and not force:
         raise NoNewSpan(
             f"no new data: served version {served.version} was trained on this source "

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from components import object_store
 from pipeline.cli import compile as compile_command
-from pipeline.cli import local_kfp, predict, report, run, submit
+from pipeline.cli import local_kfp, predict, report, rollback, run, submit
 from pipeline.common import exit_status, library_log
 
 # Commands whose libraries' console output (TensorFlow's C++ start-up errors, TFX and absl
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    for command in (run, compile_command, submit, local_kfp, report, predict):
+    for command in (run, compile_command, submit, local_kfp, report, predict, rollback):
         command.add_parser(commands)
     for name in LIBRARY_OUTPUT_TO_LOG:
         commands.choices[name].add_argument(

@@ -1,0 +1,106 @@
+"""Rollback: versions taken out of the folder TF Serving reads, under the push lock, so the
+newest complete version left is served. Each is kept aside (served_versions.ROLLED_BACK_DIR)
+with a record of who, when and why, and every later night reads it there: it is never served,
+warmed-started from, compared with or indexed again, and the spans it was trained on are not
+retrained unattended (spans.check_not_stale).
+
+Taking a version out: its record first, then its files aside, then its saved_model.pb removed
+from the serving folder (the moment it stops counting as complete: the commit point, as for a
+push), then the rest. On a local disk the folder is renamed in one step. A rollback that dies
+midway leaves a numbered folder without saved_model.pb, which the next push removes."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import getpass
+import json
+import os
+import socket
+
+from components import object_store, paths, served_versions
+from components.atomic_pusher.lock import push_lock
+from components.atomic_pusher.staging import remove_tree
+from components.contract import SAVED_MODEL_FILE
+
+
+class RollbackError(ValueError):
+    """The rollback cannot be done; nothing was changed. The message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Rollback:
+    rolled_back: list[str]  # newest first
+    served: str  # the version served now
+    record: dict
+
+
+def who() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _targets(serving_model_dir: str, to: str | None) -> tuple[list[str], str]:
+    """(versions to take out, newest first; the version served after)."""
+    versions = served_versions.complete_versions(serving_model_dir)
+    if not versions:
+        raise RollbackError(f"{serving_model_dir}: no version is served there")
+    if to is None:
+        if len(versions) < 2:
+            raise RollbackError(
+                f"{serving_model_dir}: version {versions[-1]} is the only complete version; "
+                "nothing older to serve, so nothing was rolled back"
+            )
+        to = versions[-2]
+    elif to not in versions:
+        raise RollbackError(
+            f"{serving_model_dir}: no complete version {to} (complete: {', '.join(versions)})"
+        )
+    elif to == versions[-1]:
+        raise RollbackError(f"{serving_model_dir}: version {to} is already the one served")
+    return [v for v in reversed(versions) if int(v) > int(to)], to
+
+
+def _set_aside(serving_model_dir: str, version: str, record: dict) -> None:
+    aside = paths.join(serving_model_dir, served_versions.ROLLED_BACK_DIR)
+    source, target = paths.join(serving_model_dir, version), paths.join(aside, version)
+    spans = served_versions.version_spans(serving_model_dir, version)
+    record = {**record, "version": version, "spans": {str(k): v for k, v in spans.items()}}
+    if not paths.is_remote(source):
+        os.makedirs(aside, exist_ok=True)
+        with open(paths.join(aside, f"{version}.json"), "w") as handle:
+            json.dump(record, handle)
+        os.replace(source, target)
+        return
+    object_store.write_bytes(paths.join(aside, f"{version}.json"), json.dumps(record).encode())
+    gfile = object_store.gfile(source)
+    for path in paths.walk(source):
+        gfile.copy(path, paths.join(target, path[len(source) :].lstrip("/")), overwrite=True)
+    gfile.remove(paths.join(source, SAVED_MODEL_FILE))  # the commit point
+    remove_tree(source)
+
+
+def roll_back(serving_model_dir: str, why: str, to: str | None = None) -> Rollback:
+    """Takes the newest version (or every version newer than `to`) out of service, under the
+    push lock. Raises RollbackError, having changed nothing, when there is no such version or
+    nothing older to serve."""
+    seen = _targets(serving_model_dir, to)  # bad input refused before the lock file is made
+    with push_lock(serving_model_dir):
+        away, served = _targets(serving_model_dir, to)
+        if (away, served) != seen:  # a push committed while this waited for the lock
+            raise RollbackError(
+                f"{serving_model_dir}: version {away[0]} was pushed while the rollback "
+                "waited for the push lock; nothing rolled back (look, then roll back again)"
+            )
+        record = {
+            "who": who(),
+            "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "why": why,
+            "rolled_back_to": served,
+        }
+        for version in away:
+            _set_aside(serving_model_dir, version, record)
+    return Rollback(away, served, record)

@@ -1,0 +1,51 @@
+"""`cifar10-pipeline rollback`: take the served version (or every version newer than
+`--to`) out of service, so the version before it is served, and keep it from coming back."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pipeline.common import exit_status
+from pipeline.operations.serving import add_folder_args, serving_model_dir
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from components import object_store
+    from components.atomic_pusher.lock import PushLockTimeout
+    from components.atomic_pusher.rollback import RollbackError, roll_back
+
+    folder = serving_model_dir(args)
+    if args.to is not None and not args.to.isdigit():
+        print(f"error: --to {args.to}: a version is a number (a folder under {folder})",
+              file=sys.stderr)  # fmt: skip
+        return exit_status.BAD_INPUT
+    try:
+        done = roll_back(folder, args.reason, args.to)
+    except (RollbackError, object_store.ObjectStoreError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return exit_status.BAD_INPUT
+    except PushLockTimeout as err:
+        print(f"error: {err}", file=sys.stderr)
+        return exit_status.ERROR
+    for version in done.rolled_back:
+        print(f"rolled back   version {version}: kept aside under {folder}/.rolled-back/")
+    print(f"served now    version {done.served} ({done.record['who']}, {done.record['when']})")
+    print("later nights  will not retrain its spans unattended (run --force retrains them)")
+    return exit_status.OK
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "rollback",
+        help="take the served version out of service; the one before it is served",
+        description="Moves the served version (or every version newer than --to) out of "
+        "the folder TF Serving reads, under the push lock, with who, when and why. Later "
+        "nights serve, warm-start from and compare with the version before it, and do not "
+        "retrain the spans the rolled-back version was trained on unless run --force.",
+    )
+    add_folder_args(parser)
+    parser.add_argument("--to", metavar="VERSION", help="the version to serve (default: the "
+                        "one before the served version)")  # fmt: skip
+    parser.add_argument("--reason", required=True, help="why, kept with the rolled-back version")
+    parser.set_defaults(func=cmd_rollback)
