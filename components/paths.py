@@ -58,3 +58,13 @@ def read_text(path: str) -> str:
             return handle.read()
     with open(path) as handle:
         return handle.read()
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """`data` to a file or object, its folder made first where local."""
+    if is_remote(path):
+        object_store.write_bytes(path, data)
+        return
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.write(data)

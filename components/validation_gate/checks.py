@@ -17,6 +17,15 @@ class DataDriftError(DataValidationError):
     """The data is valid and unskewed but drifted from the served model's training data."""
 
 
+class LabelsError(DataValidationError):
+    """The data is valid, but the served model disagrees with its labels (exchanged pairs,
+    too many wrong labels): nothing else stopped it."""
+
+
+class DuplicatesError(DataValidationError):
+    """The data is valid, but too many of its images are copies: nothing else stopped it."""
+
+
 def _feature(stats: statistics_pb2.DatasetFeatureStatistics, name: str):
     for feature in stats.features:
         if feature.path.step == [name] or feature.name == name:

@@ -32,6 +32,8 @@ from components.tfx_files import anomalies_file, statistics_file
 from components.validation_gate.checks import (
     DataDriftError,
     DataValidationError,
+    DuplicatesError,
+    LabelsError,
     anomaly_problems,
     statistics_problems,
 )
@@ -169,6 +171,16 @@ def _data_problems(statistics, anomalies, examples: list, schema) -> tuple[list[
     return problems, outliers
 
 
+def _error_for(problems: list[str], drifted, mislabelled, duplicated) -> type:
+    """The error that names what alone stopped the run (the night's outcome: drift, labels,
+    duplicates), else DataValidationError."""
+    for lines, error in ((drifted, DataDriftError), (mislabelled, LabelsError),
+                         (duplicated, DuplicatesError)):  # fmt: skip
+        if lines and problems == list(lines):
+            return error
+    return DataValidationError
+
+
 def _stop_on(problems: list[str], drift, labels, copies):
     """Raises with every problem, drift, label and duplicate lines included unless accepted
     (each then logged); the hint names the flag that accepts what stopped the run. `drift`,
@@ -196,8 +208,7 @@ def _stop_on(problems: list[str], drift, labels, copies):
         "\n(images repeat: --accept-duplicates trains on them anyway)"
         if duplicated and not accept_duplicates else "",
     ]  # fmt: skip
-    only_drift = drifted and len(problems) == len(drifted) and not accept_drift
-    raise (DataDriftError if only_drift else DataValidationError)(
+    raise _error_for(problems, drifted, mislabelled, duplicated)(
         "data validation failed, training will not start:\n  - "
         + "\n  - ".join(problems)
         + "".join(hints)

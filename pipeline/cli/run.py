@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import os
 import sys
 import time
 from pathlib import Path
 
 from pipeline.cli.shared import add_gate_args, add_training_args, training_config
 from pipeline.common import exit_status
+from pipeline.common.files import write_atomically
+from pipeline.operations.serving import MODEL_NAME
 from pipeline.settings.config import DEFAULT_OUTPUT_DIR
 
 
@@ -88,6 +92,74 @@ def _no_new_span(output_dir: Path, err: Exception, started: float) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """The run, then its night's report: kept in the serving folder and, with --notify or
+    $CIFAR10_NOTIFY_URL, delivered; neither changes the exit status."""
+    from pipeline.operations import nights
+
+    url = args.notify if args.notify is not None else os.environ.get(nights.NOTIFY_VARIABLE)
+    try:
+        url = nights.check_url(url) if url else None
+    except nights.NotifyUrlError as err:
+        print(f"error: {'--notify' if args.notify else nights.NOTIFY_VARIABLE}: {err}",
+              file=sys.stderr)  # fmt: skip
+        return exit_status.BAD_INPUT
+    output_dir = Path(args.output_dir).resolve()
+    night: dict = {"summary_before": _written(output_dir), "served_before": _served(output_dir)}
+    status = _run(args, output_dir, night)
+    _report_night(output_dir, night, status, url)
+    return status
+
+
+def _refused(night: dict, error: str, status: int) -> int:
+    print(f"error: {error}", file=sys.stderr)
+    night["error"] = error
+    return status
+
+
+def _written(output_dir: Path) -> int | None:
+    """When the run summary was last written (ns), None when there is none."""
+    from pipeline.local.summary import SUMMARY_FILE
+
+    path = output_dir / SUMMARY_FILE
+    return path.stat().st_mtime_ns if path.exists() else None
+
+
+def _served(output_dir: Path) -> str | None:
+    from components.served_versions import newest_complete_version
+
+    return newest_complete_version(str(output_dir / "serving" / MODEL_NAME))
+
+
+def _report_night(output_dir: Path, night: dict, status: int, url: str | None) -> None:
+    """The night's message, from the summary this run wrote (or, for a run refused before
+    writing one, its error line), kept in the serving folder and delivered to `url`."""
+    from pipeline.local.summary import SUMMARY_FILE
+    from pipeline.operations import nights
+
+    path = output_dir / SUMMARY_FILE
+    mine = _written(output_dir) not in (None, night["summary_before"])
+    summary = json.loads(path.read_text()) if mine else {
+        "outcome": "failed", "failed_step": "before the first step", "failed": night.get("error"),
+    }  # fmt: skip
+    message = nights.message(
+        summary, runner="run", exit_status=status, served_before=night["served_before"],
+        served_after=_served(output_dir), report=night.get("report"),
+    )  # fmt: skip
+    try:
+        nights.record(str(output_dir / "serving" / MODEL_NAME), message)
+    except OSError as err:
+        print(f"warning: the night's record was not kept: {err}", file=sys.stderr)
+    if url is None:
+        return
+    said = nights.deliver(url, message)
+    print(f"notification   {said}")
+    if mine:
+        summary["notification"] = said
+        write_atomically(path, json.dumps(summary, indent=1, default=str))
+
+
+def _run(args: argparse.Namespace, output_dir: Path, night: dict) -> int:
+    """The run itself; `night` gets the error line of a run that stopped with one."""
     from components.cifar10_example_gen.sources import SourceError
     from components.cifar10_example_gen.spans import NoNewSpan, SpanError
     from components.served_versions import ServedVersionChanged
@@ -105,15 +177,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         (DataValidationError, exit_status.DATA_INVALID),
         (ServedVersionChanged, exit_status.SERVED_CHANGED),
     )
-    output_dir = Path(args.output_dir).resolve()
     checking = time.time()
     try:
         config, choice = _prepared(args, output_dir)
     except NoNewSpan as err:
         return _no_new_span(output_dir, err, checking)
     except (ValueError, data_source.DataSourceError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return exit_status.BAD_INPUT
+        return _refused(night, str(err), exit_status.BAD_INPUT)
     named = "" if choice.numbers == [0] else f", spans {choice.numbers}"
     print(
         f"Data: {config.source_uri}{named} ({choice.counts['train']} training and "
@@ -130,25 +200,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     except Exception as err:
         full = next((c for c in _causes(err) if _disk_full(c)), None)
         if full is not None:
-            print(
-                f"error: no space left writing to {output_dir} ({full.strerror}); free some "
+            return _refused(
+                night,
+                f"no space left writing to {output_dir} ({full.strerror}); free some "
                 "space or pass another --output-dir; the failed step's files are not used",
-                file=sys.stderr,
+                exit_status.BAD_INPUT,
             )
-            return exit_status.BAD_INPUT
         for cause in _causes(err):
             for error_type, status in known:
                 if isinstance(cause, error_type):
-                    print(f"error: {cause}", file=sys.stderr)
-                    return status
-        print(
-            f"error: {type(err).__name__}: {err}\n(see the log file above for details)",
-            file=sys.stderr,
-        )
+                    return _refused(night, str(cause), status)
+        night["error"] = f"{type(err).__name__}: {err}"
+        print(f"error: {night['error']}\n(see the log file above for details)", file=sys.stderr)
         return exit_status.ERROR
     print(report_text.render(facts))
     if report_path:
         print(f"report         {report_path}")
+        night["report"] = str(report_path)
     if facts.blessed is False:
         return exit_status.NOT_BLESSED
     return exit_status.OK
@@ -204,6 +272,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--output-dir",
         default=str(DEFAULT_OUTPUT_DIR),
         help="artifacts, metadata, serving models and run_summary.json (default: %(default)s)",
+    )
+    run.add_argument(
+        "--notify",
+        metavar="URL",
+        help="POST the night's report (JSON, whatever the outcome) to this webhook, within "
+        "10 s; default: $CIFAR10_NOTIFY_URL. Never changes the exit status",
     )
     run.add_argument(
         "--no-cache",

@@ -146,24 +146,38 @@ def _logs_to_file(path: Path) -> Iterator[None]:
 def outcome(facts: RunSummary, failure: BaseException | None) -> str:
     """How a run ended, for schedulers and people: the run summary's `outcome`."""
     from components.served_versions import ServedVersionChanged
-    from components.validation_gate.checks import DataDriftError, DataValidationError
+    from components.validation_gate import checks
 
     causes = [failure]
     while causes[-1] is not None and len(causes) < 20:
         causes.append(causes[-1].__cause__ or causes[-1].__context__)
-    if any(isinstance(c, DataDriftError) for c in causes):
-        return "drift"
-    if any(isinstance(c, DataValidationError) for c in causes):
-        return "data_invalid"
-    if any(isinstance(c, ServedVersionChanged) for c in causes):
-        return "served_changed"
+    named = (
+        (checks.DataDriftError, "drift"),
+        (checks.LabelsError, "labels"),
+        (checks.DuplicatesError, "duplicates"),
+        (checks.DataValidationError, "data_invalid"),
+        (ServedVersionChanged, "served_changed"),
+    )
+    for error, name in named:
+        if any(isinstance(c, error) for c in causes):
+            return name
     if failure is not None:
-        return "error"
+        return "failed"
     if facts.outcome == "no_new_span":  # nothing trained, evaluated or pushed: not a failure
         return "no_new_span"
     if facts.blessed is False:
         return "not_blessed"
-    return "pushed" if facts.push and facts.push.pushed else "error"
+    return "pushed" if facts.push and facts.push.pushed else "failed"
+
+
+def failed_step(facts: RunSummary, failure: BaseException | None) -> str | None:
+    """The step a failed run stopped in: the first whose execution failed, else the last
+    that started (None when the run did not fail)."""
+    if failure is None:
+        return None
+    failed = [node for node, state in facts.stage_states.items() if state == "failed"]
+    started = list(facts.stage_seconds)
+    return (failed or started or ["before the first step"])[0 if failed else -1]
 
 
 def served_read_key(config: PipelineConfig) -> str:
@@ -213,7 +227,9 @@ def run(config: PipelineConfig, output_dir: Path) -> RunSummary:
             source=config.source_uri,
             accuracy_gate=config.accuracy_gate,
         )
-        facts = dataclasses.replace(facts, outcome=outcome(facts, failure))
+        facts = dataclasses.replace(
+            facts, outcome=outcome(facts, failure), failed_step=failed_step(facts, failure)
+        )
         facts.write(output_dir)
     if failure is not None:
         raise failure

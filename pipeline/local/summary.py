@@ -73,10 +73,13 @@ class RunSummary:
     data_comparison: dict[str, Any] | None = None
     # The span numbers ingested (0: a plain source), the served version folder the Trainer
     # warm-started from (None: from scratch), and how the run ended: pushed, not_blessed,
-    # data_invalid, drift, no_new_span, or error.
+    # data_invalid, drift, labels, duplicates, served_changed, no_new_span, or failed (in
+    # `failed_step`). `notification`: whether the night's report reached --notify's webhook.
     spans: list[int] = field(default_factory=list)
     warm_start_from: str | None = None
     outcome: str | None = None
+    failed_step: str | None = None
+    notification: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Flat JSON, record counts and stage times first; the training and evaluation
