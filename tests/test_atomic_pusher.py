@@ -202,3 +202,12 @@ def test_a_warm_started_version_keeps_its_ancestors_images_too(tmp_path, ancesto
         assert not index.exists()
     else:
         assert index.read_bytes() == b"a" * 12 + b"b" * 12 + b"c" * 12
+
+
+def test_a_version_is_named_by_the_push_time_in_unix_seconds(tmp_path, monkeypatch):
+    """What docs/vertex.md shows (`.../serving/cifar10/1796423881/`): the push's Unix time,
+    bumped past the highest numbered folder, so versions only increase."""
+    monkeypatch.setattr(pusher.time, "time", lambda: 1796423881.7)
+    assert pusher._next_version(str(tmp_path)) == "1796423881"
+    (tmp_path / "1796423890").mkdir()
+    assert pusher._next_version(str(tmp_path)) == "1796423891"
