@@ -16,7 +16,7 @@ from pathlib import Path
 
 from components import object_store
 from pipeline.cli import compile as compile_command
-from pipeline.cli import local_kfp, predict, report, rollback, run, submit
+from pipeline.cli import local_kfp, predict, report, rollback, run, status, submit
 from pipeline.common import exit_status, library_log
 
 # Commands whose libraries' console output (TensorFlow's C++ start-up errors, TFX and absl
@@ -32,11 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="exit status: 0 ok, 1 unexpected error, 2 bad input, 3 data failed "
         "validation, 4 model not blessed, 5 submit --wait lost contact (the job may still run), "
-        "6 another version was pushed during the run (nothing pushed)",
+        "6 another version was pushed during the run (nothing pushed); status: 7 stale or "
+        "nothing served, 8 the last night was red",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    for command in (run, compile_command, submit, local_kfp, report, predict, rollback):
+    for command in (run, compile_command, submit, local_kfp, report, predict, rollback, status):
         command.add_parser(commands)
     for name in LIBRARY_OUTPUT_TO_LOG:
         commands.choices[name].add_argument(

@@ -8,3 +8,5 @@ DATA_INVALID = 3  # data validation found anomalies; nothing was trained
 NOT_BLESSED = 4  # the model failed the accuracy gate; nothing was pushed
 LOST_CONTACT = 5  # submitted, but `submit --wait` lost contact; the job may still run
 SERVED_CHANGED = 6  # another version was pushed during the run; nothing pushed, rerun
+STALE = 7  # status: nothing served, or the served version is older than --max-age
+LAST_NIGHT_RED = 8  # status: the last night's outcome was red (see nights.RED_OUTCOMES)
