@@ -422,6 +422,7 @@ COMPILE_TABLE: dict[str, dict[str, tuple]] = {
     "--dataflow-temp-location": only(
         V, _DATAFLOW[2:],
         lands(_beam("--temp_location="), ["--temp_location=gs://bucket-x/tmp"], *_DATAFLOW),
+        Refused(_DATAFLOW[2:], "--dataflow-temp-location needs --dataflow-region"),
     ),
     "--endpoint": only(
         V, ("--endpoint", "e"),

@@ -174,7 +174,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     target_flags.add(
         parser, "--dataflow-region", help="run the Beam steps on Dataflow in this region"
     )
-    target_flags.add(parser, "--dataflow-temp-location", metavar="GS_URI")
+    target_flags.add(
+        parser,
+        "--dataflow-temp-location",
+        metavar="GS_URI",
+        help="Dataflow's temporary files (required with --dataflow-region, refused without)",
+    )
     target_flags.add(
         parser,
         "--endpoint",
