@@ -462,6 +462,11 @@ COMPILE_TABLE: dict[str, dict[str, tuple]] = {
             _pod("accelerator"), {"count": "1", "type": "amd.com/gpu"},
             "--trainer-gpus", "1", "--gpu-resource", "amd.com/gpu",
         ),
+        Refused(("--gpu-resource", "amd.com/gpu"), "--gpu-resource needs --trainer-gpus"),
+        Refused(
+            ("--trainer-gpus", "0", "--gpu-resource", "amd.com/gpu"),
+            "--gpu-resource needs --trainer-gpus",
+        ),
     ),
     "--s3-endpoint": only(
         K, _S3_ENDPOINT,

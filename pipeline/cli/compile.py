@@ -235,7 +235,8 @@ def _add_kubeflow_pod_args(parser: argparse.ArgumentParser) -> None:
     target_flags.add(
         kubeflow,
         "--gpu-resource",
-        help="Kubernetes resource name of the accelerator (default: nvidia.com/gpu)",
+        help="Kubernetes resource name of the --trainer-gpus accelerator (default: "
+        "nvidia.com/gpu; refused without --trainer-gpus)",
     )
     store = parser.add_argument_group("kubeflow: how the pods reach an s3:// store")
     target_flags.add(

@@ -78,7 +78,7 @@ FLAGS = {
         TargetFlag("--trainer-cpu", KUBEFLOW, 0.0, _POD),
         TargetFlag("--trainer-memory-gb", KUBEFLOW, 0.0, _POD),
         TargetFlag("--trainer-gpus", KUBEFLOW, 0, _POD),
-        TargetFlag("--gpu-resource", KUBEFLOW, "nvidia.com/gpu", _POD),
+        TargetFlag("--gpu-resource", KUBEFLOW, None, _POD),
         TargetFlag("--s3-endpoint", KUBEFLOW, None, _GCS),
         TargetFlag("--s3-secret", KUBEFLOW, None, _GCS),
     )
