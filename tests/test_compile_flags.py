@@ -503,7 +503,11 @@ COMPILE_TABLE: dict[str, dict[str, tuple]] = {
     },
     "--workers": {
         V: (lands(_replicas, [1, 2], *_WORKERS, "--workers", "3"),),
-        K: (Refused(("--workers", "2"), "--workers"),),
+        K: (
+            Refused(("--workers", "2"), "--workers"),
+            Refused(("--workers", "2", "--strategy", "mirrored"), "--workers 2 is not compiled"),
+            Refused(("--workers", "0"), "--workers 0 is not compiled"),
+        ),
     },
     "--epochs": both(given("--epochs", 7, _train("epochs"))),
     "--per-replica-batch-size": both(

@@ -33,6 +33,7 @@ def _kubeflow_config(args: argparse.Namespace):
         image=args.image,
         source_uri=args.data,
         training=training_config(args),
+        workers=args.workers,
         trainer_cpu=args.trainer_cpu,
         trainer_memory_gb=args.trainer_memory_gb,
         trainer_gpus=args.trainer_gpus,

@@ -49,6 +49,7 @@ def kubeflow_config(
     image: str,
     source_uri: str,
     training: TrainingConfig,
+    workers: int = 1,
     trainer_cpu: float = 0.0,
     trainer_memory_gb: float = 0.0,
     trainer_gpus: int = 0,
@@ -88,6 +89,11 @@ def kubeflow_config(
         }
     if not image:
         raise ValueError("--image is required: the pipeline image every step runs")
+    if workers != 1:
+        raise ValueError(
+            f"--workers {workers} is not compiled for Kubeflow Pipelines: the Trainer is one "
+            "pod (see docs/kubeflow.md)"
+        )
     if training.strategy == "multi_worker":
         raise ValueError(
             "--workers / --strategy multi_worker are not compiled for Kubeflow Pipelines: "
