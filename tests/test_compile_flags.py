@@ -496,7 +496,13 @@ COMPILE_TABLE: dict[str, dict[str, tuple]] = {
         ),
         K: (given("--strategy", "mirrored", _train("strategy")),),
     },
-    "--tpu": both(given("--tpu", "tpu-node-1", _train("tpu"))),
+    "--tpu": {
+        V: (
+            given("--tpu", "tpu-node-1", _train("tpu")),
+            Refused((*_WORKERS, "--tpu", "tpu-node-1"), "--tpu and --worker-machine-type"),
+        ),
+        K: (given("--tpu", "tpu-node-1", _train("tpu")),),
+    },
     "--cpu-replicas": {
         V: (Refused(("--cpu-replicas", "4"), "--cpu-replicas splits a local CPU"),),
         K: (given("--cpu-replicas", 4, _train("cpu_replicas")),),

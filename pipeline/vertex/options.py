@@ -106,6 +106,11 @@ class WorkerPools:
     def training(self, training: TrainingConfig) -> TrainingConfig:
         """The strategy that fits: tpu on a TPU, multi_worker on several workers, else
         auto (MirroredStrategy over one machine's GPUs)."""
+        if self.machine_type and training.tpu:
+            raise ValueError(
+                f"--tpu and --worker-machine-type exclude each other: {self.describe()} has no "
+                "TPU to connect to (for a Cloud TPU, pass --tpu-type instead)"
+            )
         fits = "tpu" if not self.machine_type else "multi_worker" if self.workers > 1 else "auto"
         if training.strategy not in ("auto", fits):
             raise ValueError(
