@@ -29,6 +29,7 @@ from pipeline.vertex import pipeline_file as vertex_file
 
 from conftest import PIPELINE_NODES
 
+V, K = compiled_target.VERTEX, compiled_target.KUBEFLOW
 IMAGE = "registry.example.com/ml/cifar10-pipeline:v1"
 TPU_IMAGE = IMAGE + "-tpu"
 # s3:// where tensorflow-io exists (the legacy stack); the current stack refuses it.
@@ -231,9 +232,62 @@ def test_both_targets_compile_the_evaluators_class_margin(kubeflow_no_cache, ver
         assert evaluator["max_class_drop"]["runtimeValue"]["constant"] == margin
 
 
-# --- every flag honoured or refused (issue 63) ---
+# --- submit reads the file's target (issue 63) ---
 
-V, K = compiled_target.VERTEX, compiled_target.KUBEFLOW
+# Where nothing listens: a dry run, or a refusal, must not reach it.
+NO_HOST = "http://127.0.0.1:9"
+
+
+@pytest.fixture(scope="module")
+def submit_files(tmp_path_factory) -> dict[str, Path]:
+    """A file of each target and form: Vertex YAML and the older PipelineJob JSON, Kubeflow
+    on gs:// (one YAML document) and on the KUBEFLOW store (two on s3://: the platform spec)."""
+    folder = tmp_path_factory.mktemp("submit-files")
+    gs = ["--pipeline-root", "gs://bucket-x/root", "--data", "gs://bucket-x/c.tar.gz"]
+    files = {
+        "vertex": (VERTEX, "vertex.yaml"),
+        "vertex-json": (VERTEX, "vertex.json"),
+        "kubeflow": (KUBEFLOW, "kubeflow.yaml"),
+        "kubeflow-gs": ([*KUBEFLOW, *gs], "kubeflow-gs.yaml"),
+    }
+    for args, name in files.values():
+        assert cli.main([*args, "--output", str(folder / name)]) == 0
+    return {key: folder / name for key, (_, name) in files.items()}
+
+
+@pytest.mark.parametrize(
+    "file, flags, compiled",
+    [
+        ("kubeflow-gs", ["--project", "proj-x", "--region", "us-central1"], K),
+        ("kubeflow", [], K),  # two YAML documents on s3://
+        ("vertex", ["--target", K, "--host", NO_HOST], V),
+        ("vertex-json", ["--target", K, "--host", NO_HOST], V),
+    ],
+)
+def test_submit_refuses_a_file_compiled_for_the_other_target(
+    submit_files, file, flags, compiled, capsys
+):
+    """The file says which target it is for (local-kfp's check, compiled_target): given with
+    the other --target, one line names the one to pass, before any network."""
+    path = submit_files[file]
+    capsys.readouterr()
+    assert cli.main(["submit", str(path), *flags, "--dry-run"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: {path} was compiled for --target {compiled} ("), err
+    assert err.strip().endswith(f"; pass --target {compiled}"), err
+
+
+@pytest.mark.parametrize("file", ["vertex", "vertex-json", "kubeflow", "kubeflow-gs"])
+def test_submit_takes_a_file_with_its_own_target(submit_files, file, capsys):
+    target = V if file.startswith(V) else K
+    flags = ["--target", K, "--host", NO_HOST] if target == K else []
+    assert cli.main(["submit", str(submit_files[file]), *flags, "--dry-run"]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith({V: "would submit PipelineJob", K: "would create run"}[target])
+
+
+# --- every flag honoured or refused (issue 63) ---
 
 
 @dataclass(frozen=True)

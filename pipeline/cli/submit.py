@@ -7,8 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from pipeline.common import exit_status
-from pipeline.common.submission import SubmitError
+from pipeline.common import compiled_target, exit_status, kfp_platform
+from pipeline.common.submission import SubmitError, has_dag
 from pipeline.vertex.submit import WAIT_RETRY_SECONDS
 
 
@@ -80,7 +80,29 @@ def _submit_vertex(args: argparse.Namespace) -> int:
     return exit_status.OK if state == "PIPELINE_STATE_SUCCEEDED" else exit_status.ERROR
 
 
+def _file_target_refusal(args: argparse.Namespace) -> str:
+    """One line naming --target when the file was compiled for the other target: '' when it
+    was for this one, or is no compiled pipeline (the target's own reading says why then).
+    A Kubeflow file may be two YAML documents, a Vertex one the older PipelineJob JSON."""
+    try:
+        spec, _ = kfp_platform.read_pipeline_file(Path(args.pipeline_file))
+    except kfp_platform.PipelineFileError:
+        return ""
+    spec = spec.get("pipelineSpec", spec)  # the PipelineJob JSON holds the spec
+    if not has_dag(spec):
+        return ""
+    try:
+        return compiled_target.mismatch(args.pipeline_file, args.target, spec)
+    except (AttributeError, TypeError, IndexError):  # malformed steps: the reading says how
+        return ""
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
+    """A file compiled for the other target is refused before its target reads it."""
+    refused = _file_target_refusal(args)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return exit_status.BAD_INPUT
     return {"kubeflow": _submit_kubeflow, "vertex": _submit_vertex}[args.target](args)
 
 
@@ -93,7 +115,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "Pipelines run (kfp Client), from a file written by `compile`.",
     )
     parser.add_argument("pipeline_file", metavar="PIPELINE_FILE")
-    parser.add_argument("--target", choices=["vertex", "kubeflow"], default="vertex")
+    parser.add_argument(
+        "--target",
+        choices=["vertex", "kubeflow"],
+        default="vertex",
+        help="the target PIPELINE_FILE was compiled for; a file of the other is refused "
+        "(default: %(default)s)",
+    )
     _add_vertex_submit_args(parser)
     kubeflow = parser.add_argument_group("kubeflow")
     kubeflow.add_argument("--host", default="", help="KFP API URL, e.g. http://localhost:8080")
