@@ -10,6 +10,7 @@ in the compiled file, or the one-line refusal. A flag added to the parser withou
 
 import argparse
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -25,7 +26,10 @@ from components.reference_images import MAX_CLASS_DROP
 from pipeline import cli
 from pipeline.common import compiled_target, kfp_platform
 from pipeline.kfp_ir import UNCACHED_TASKS
+from pipeline.kubeflow import submit as kubeflow_submit
 from pipeline.vertex import pipeline_file as vertex_file
+from pipeline.vertex import submit as vertex_submit
+from pipeline.vertex.submit import WAIT_RETRY_SECONDS
 
 from conftest import PIPELINE_NODES
 
@@ -593,8 +597,103 @@ COMPILE_TABLE: dict[str, dict[str, tuple]] = {
         lands(_param(_GATE, "accept_duplicates"), 1, "--accept-duplicates")
     ),
 }
+
+
+class Submitted(NamedTuple):
+    """What `submit` handed on: the stand-ins' calls (the submission, the Vertex API endpoint,
+    the wait's poll and retry seconds) and what it printed."""
+
+    calls: dict
+    out: str
+    tmp: Path
+
+
+def _sent(attribute: str) -> Callable[[Submitted], Any]:
+    """The submission's `attribute`, as the stand-in for aiplatform's PipelineJob or kfp's
+    Client was given it."""
+    return lambda c: getattr(c.calls["submission"], attribute)
+
+
+def _sent_to(c: Submitted) -> str:
+    return c.calls["target"]
+
+
+STAND_IN_LOG = "a client library's line (stand-in)"
+
+
+def _logged(c: Submitted) -> bool:
+    """Whether the client library's log line went to the --log-file given."""
+    return STAND_IN_LOG in (c.tmp / "log").read_text()
+
+
+def _dry_run(c: Submitted) -> tuple:
+    return c.calls, c.out.split(" ")[0]
+
+
+_WAIT_DEFAULTS = (30.0, WAIT_RETRY_SECONDS)
+
+SUBMIT_TABLE: dict[str, dict[str, tuple]] = {
+    "--target": {
+        V: (given("--target", V, _sent_to), Refused(("--target", K), "; pass --target vertex")),
+        K: (given("--target", K, _sent_to), Refused(("--target", V), "; pass --target kubeflow")),
+    },
+    "--project": only(
+        V, ("--project", "proj-x"),
+        given("--project", "proj-x", _sent("project")),
+        Refused(("--project", "proj-y"), "was compiled for project 'proj-x', not 'proj-y'"),
+    ),
+    "--region": only(
+        V, ("--region", "us-central1"),
+        given("--region", "us-central1", _sent("region")),
+        Refused(("--region", "europe-west4"), "was compiled for region 'us-central1'"),
+    ),
+    "--service-account": only(
+        V, ("--service-account", "sa@p.iam"),
+        given("--service-account", "sa@p.iam", _sent("service_account")),
+    ),
+    "--network": only(
+        V, ("--network", "projects/1/global/networks/n"),
+        given("--network", "projects/1/global/networks/n", _sent("network")),
+    ),
+    "--label": only(
+        V, ("--label", "run=nightly"),
+        lands(lambda c: dict(_sent("labels")(c)), {"run": "nightly"}, "--label", "run=nightly"),
+    ),
+    "--cache": only(V, ("--cache",), lands(_sent("enable_caching"), True, "--cache")),
+    "--no-cache": only(V, ("--no-cache",), lands(_sent("enable_caching"), False, "--no-cache")),
+    "--wait": only(V, ("--wait",), lands(lambda c: c.calls["wait"], _WAIT_DEFAULTS, "--wait")),
+    "--poll-seconds": only(
+        V, ("--poll-seconds", "5"),
+        lands(lambda c: c.calls["wait"][0], 5.0, "--wait", "--poll-seconds", "5"),
+    ),
+    "--wait-retry-seconds": only(
+        V, ("--wait-retry-seconds", "60"),
+        lands(lambda c: c.calls["wait"][1], 60.0, "--wait", "--wait-retry-seconds", "60"),
+    ),
+    "--api-endpoint": only(
+        V, ("--api-endpoint", NO_HOST),
+        given("--api-endpoint", NO_HOST, lambda c: c.calls["api_endpoint"]),
+    ),
+    "--host": only(
+        K, ("--host", NO_HOST), given("--host", "http://kfp.example.com", _sent("host"))
+    ),
+    "--namespace": only(
+        K, ("--namespace", "team-a"), given("--namespace", "team-a", _sent("namespace"))
+    ),
+    "--experiment": only(
+        K, ("--experiment", "cifar"), given("--experiment", "cifar", _sent("experiment"))
+    ),
+    "--run-name": only(
+        K, ("--run-name", "nightly-1"), given("--run-name", "nightly-1", _sent("run_name"))
+    ),
+    "--parameter": both(
+        lands(lambda c: dict(_sent("parameters")(c)), {"span": 3}, "--parameter", "span=3")
+    ),
+    "--dry-run": both(lands(_dry_run, ({}, "would"), "--dry-run")),
+    "--log-file": both(lands(_logged, True, "--log-file", "{tmp}/log")),
+}
 # fmt: on
-FLAG_TABLE = {"compile": COMPILE_TABLE}
+FLAG_TABLE = {"compile": COMPILE_TABLE, "submit": SUBMIT_TABLE}
 
 
 def parser_flags(parser: argparse.ArgumentParser, command: str) -> set[str]:
@@ -628,13 +727,14 @@ def test_every_flag_has_a_row_for_both_targets():
     assert rows_missing(cli.build_parser()) == []
 
 
-def test_a_flag_without_a_row_is_found():
+@pytest.mark.parametrize("command", ["compile", "submit"])
+def test_a_flag_without_a_row_is_found(command):
     parser = cli.build_parser()
     [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    commands.choices["compile"].add_argument("--new-flag")
+    commands.choices[command].add_argument("--new-flag")
     assert rows_missing(parser) == [
-        "compile --new-flag: no row for --target vertex",
-        "compile --new-flag: no row for --target kubeflow",
+        f"{command} --new-flag: no row for --target vertex",
+        f"{command} --new-flag: no row for --target kubeflow",
     ]
 
 
@@ -661,11 +761,64 @@ def _compile(target: str, case: Lands, tmp_path: Path, capsys) -> Compiled:
     return Compiled(*kfp_platform.read_pipeline_file(path), path, tmp_path)
 
 
+class _Job:
+    resource_name = "projects/proj-x/locations/us-central1/pipelineJobs/j1"
+
+
+def _stand_ins(monkeypatch) -> dict:
+    """aiplatform's PipelineJob (and its wait) and kfp's Client stand-ins: each records what
+    `submit` gives it; nothing reaches a network."""
+    calls: dict = {}
+
+    def vertex(submission, api_endpoint=""):
+        calls.update(target=V, submission=submission, api_endpoint=api_endpoint)
+        logging.getLogger("google.cloud.aiplatform").info(STAND_IN_LOG)  # as aiplatform does
+        return _Job()
+
+    def wait(job, report, poll_seconds, retry_seconds):
+        calls["wait"] = (poll_seconds, retry_seconds)
+        return "PIPELINE_STATE_SUCCEEDED"
+
+    def kubeflow(submission):
+        calls.update(target=K, submission=submission)
+        logging.getLogger("kfp").info(STAND_IN_LOG)
+        return "run-1"
+
+    monkeypatch.setattr(vertex_submit, "submit", vertex)
+    monkeypatch.setattr(vertex_submit, "wait", wait)
+    monkeypatch.setattr(kubeflow_submit, "submit", kubeflow)
+    return calls
+
+
+def _submit(target: str, case, files: dict, tmp_path: Path, monkeypatch, capsys):
+    """`submit` of the file compiled for `target`, with `case.args`: its exit status, what it
+    handed on and printed, and its error output."""
+    base = ["submit", str(files[target])] + (
+        ["--target", K, "--host", NO_HOST] if target == K else []
+    )
+    calls = _stand_ins(monkeypatch)
+    capsys.readouterr()
+    status = cli.main([*base, *(a.replace("{tmp}", str(tmp_path)) for a in case.args)])
+    out, err = capsys.readouterr()
+    return status, Submitted(calls, out, tmp_path), err
+
+
 @pytest.mark.parametrize("command, target, case", _cases())
-def test_each_flag_is_honoured_or_refused(command, target, case, tmp_path, monkeypatch, capsys):
+def test_each_flag_is_honoured_or_refused(
+    command, target, case, request, tmp_path, monkeypatch, capsys
+):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # the libraries' log
-    if isinstance(case, Refused):
+    if command == "compile" and isinstance(case, Refused):
         _refused([*{V: VERTEX, K: KUBEFLOW}[target], *case.args], case.names, tmp_path, capsys)
-        return
-    made = _compile(target, case, tmp_path, capsys)
-    assert case.where(made) == case.expected
+    elif command == "compile":
+        assert case.where(_compile(target, case, tmp_path, capsys)) == case.expected
+    else:
+        files = request.getfixturevalue("submit_files")
+        status, made, err = _submit(target, case, files, tmp_path, monkeypatch, capsys)
+        if isinstance(case, Refused):
+            assert (status, made.calls, made.out) == (2, {}, ""), err
+            assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+            assert case.names in err, err
+        else:
+            assert status == 0, err
+            assert case.where(made) == case.expected

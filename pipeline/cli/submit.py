@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from pipeline.cli import target_flags
 from pipeline.common import compiled_target, exit_status, kfp_platform
 from pipeline.common.submission import SubmitError, has_dag
 from pipeline.vertex.submit import WAIT_RETRY_SECONDS
@@ -51,7 +52,7 @@ def _submit_vertex(args: argparse.Namespace) -> int:
             args.service_account,
             args.network,
             vertex_options.parse_labels(args.label),
-            args.enable_caching,
+            True if args.cache else False if args.no_cache else None,
             args.parameter,
         )
         if args.dry_run:
@@ -98,8 +99,9 @@ def _file_target_refusal(args: argparse.Namespace) -> str:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    """A file compiled for the other target is refused before its target reads it."""
-    refused = _file_target_refusal(args)
+    """A file compiled for the other target is refused before its target reads it, then a
+    flag of the other target (`target_flags`)."""
+    refused = _file_target_refusal(args) or target_flags.refusal(args, target_flags.SUBMIT)
     if refused:
         print(f"error: {refused}", file=sys.stderr)
         return exit_status.BAD_INPUT
@@ -124,12 +126,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     _add_vertex_submit_args(parser)
     kubeflow = parser.add_argument_group("kubeflow")
-    kubeflow.add_argument("--host", default="", help="KFP API URL, e.g. http://localhost:8080")
-    kubeflow.add_argument(
-        "--namespace", default="", help="profile namespace on multi-user clusters"
-    )
-    kubeflow.add_argument("--experiment", default="", help="default: the pipeline name")
-    kubeflow.add_argument("--run-name", default="", help="default: <pipeline>-<timestamp>")
+    for flag, help_text in (
+        ("--host", "KFP API URL, e.g. http://localhost:8080"),
+        ("--namespace", "profile namespace on multi-user clusters"),
+        ("--experiment", "default: the pipeline name"),
+        ("--run-name", "default: <pipeline>-<timestamp>"),
+    ):
+        target_flags.add(kubeflow, flag, target_flags.SUBMIT, help=help_text)
     parser.add_argument(
         "--parameter",
         action="append",
@@ -143,55 +146,59 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="validate the file and print what would be submitted; no network",
     )
-    parser.add_argument("--api-endpoint", default="", help=argparse.SUPPRESS)
     parser.set_defaults(func=cmd_submit)
 
 
 def _add_vertex_submit_args(parser: argparse.ArgumentParser) -> None:
     """What `submit --target vertex` may override in the compiled file, and --wait."""
     vertex = parser.add_argument_group("vertex")
-    vertex.add_argument(
-        "--project", default="", help="default: the compiled one; a different one is refused"
-    )
-    vertex.add_argument(
-        "--region", default="", help="default: the compiled one; a different one is refused"
-    )
-    vertex.add_argument(
-        "--service-account",
-        default="",
-        help="the PipelineJob runs as this account (default: the compiled training job's)",
-    )
-    vertex.add_argument("--network", default="", help="default: the compiled one")
-    vertex.add_argument(
+    for flag, help_text in (
+        ("--project", "default: the compiled one; a different one is refused"),
+        ("--region", "default: the compiled one; a different one is refused"),
+        ("--service-account", "the PipelineJob runs as this account (default: the compiled "
+         "training job's)"),
+        ("--network", "default: the compiled one"),
+        ("--api-endpoint", argparse.SUPPRESS),
+    ):  # fmt: skip
+        target_flags.add(vertex, flag, target_flags.SUBMIT, help=help_text)
+    target_flags.add(
+        vertex,
         "--label",
+        target_flags.SUBMIT,
         action="append",
-        default=[],
         metavar="KEY=VALUE",
         help="PipelineJob label, repeatable (added to the compiled ones)",
     )
     caching = vertex.add_mutually_exclusive_group()
-    caching.add_argument(
+    target_flags.add(
+        caching,
         "--cache",
-        dest="enable_caching",
-        action="store_const",
-        const=True,
+        target_flags.SUBMIT,
+        action="store_true",
         help="reuse cached step results (default: as compiled)",
     )
-    caching.add_argument(
-        "--no-cache",
-        dest="enable_caching",
-        action="store_const",
-        const=False,
-        help="rerun every step",
+    target_flags.add(
+        caching, "--no-cache", target_flags.SUBMIT, action="store_true", help="rerun every step"
     )
-    vertex.add_argument(
-        "--wait", action="store_true", help="wait for the run to end, printing each step's state"
+    _add_wait_args(vertex)
+
+
+def _add_wait_args(vertex: argparse._ArgumentGroup) -> None:
+    target_flags.add(
+        vertex,
+        "--wait",
+        target_flags.SUBMIT,
+        action="store_true",
+        help="wait for the run to end, printing each step's state",
     )
-    vertex.add_argument("--poll-seconds", type=float, default=30.0, help=argparse.SUPPRESS)
-    vertex.add_argument(
+    target_flags.add(
+        vertex, "--poll-seconds", target_flags.SUBMIT, type=float, help=argparse.SUPPRESS
+    )
+    target_flags.add(
+        vertex,
         "--wait-retry-seconds",
+        target_flags.SUBMIT,
         type=float,
-        default=WAIT_RETRY_SECONDS,
         help="with --wait: how long to keep polling through network or server errors before "
-        "giving up with exit status 5; the job runs on (default: %(default)s)",
+        f"giving up with exit status 5; the job runs on (default: {WAIT_RETRY_SECONDS:g})",
     )
