@@ -631,6 +631,15 @@ def _dry_run(c: Submitted) -> tuple:
 
 
 _WAIT_DEFAULTS = (30.0, WAIT_RETRY_SECONDS)
+_WAITS = "wait for the end, polling every {} s through up to {} s of network or server errors"
+
+
+def _shown(field: str) -> Callable[[Submitted], list[str]]:
+    """What a dry run printed in its `field` lines; nothing was handed on."""
+    prefix = f"  {field:<10} "
+    return lambda c: [
+        line.removeprefix(prefix) for line in c.out.splitlines() if line.startswith(prefix)
+    ] if not c.calls else ["(handed on)"]
 
 SUBMIT_TABLE: dict[str, dict[str, tuple]] = {
     "--target": {
@@ -661,18 +670,32 @@ SUBMIT_TABLE: dict[str, dict[str, tuple]] = {
     ),
     "--cache": only(V, ("--cache",), lands(_sent("enable_caching"), True, "--cache")),
     "--no-cache": only(V, ("--no-cache",), lands(_sent("enable_caching"), False, "--no-cache")),
-    "--wait": only(V, ("--wait",), lands(lambda c: c.calls["wait"], _WAIT_DEFAULTS, "--wait")),
+    "--wait": only(
+        V, ("--wait",),
+        lands(lambda c: c.calls["wait"], _WAIT_DEFAULTS, "--wait"),
+        lands(_shown("then"), [_WAITS.format(30, 600)], "--wait", "--dry-run"),
+    ),
     "--poll-seconds": only(
         V, ("--poll-seconds", "5"),
         lands(lambda c: c.calls["wait"][0], 5.0, "--wait", "--poll-seconds", "5"),
+        lands(
+            _shown("then"), [_WAITS.format(5, 600)], "--wait", "--poll-seconds", "5", "--dry-run"
+        ),
+        Refused(("--poll-seconds", "5"), "--poll-seconds needs --wait"),
     ),
     "--wait-retry-seconds": only(
         V, ("--wait-retry-seconds", "60"),
         lands(lambda c: c.calls["wait"][1], 60.0, "--wait", "--wait-retry-seconds", "60"),
+        lands(
+            _shown("then"), [_WAITS.format(30, 60)],
+            "--wait", "--wait-retry-seconds", "60", "--dry-run",
+        ),
+        Refused(("--wait-retry-seconds", "60"), "--wait-retry-seconds needs --wait"),
     ),
     "--api-endpoint": only(
         V, ("--api-endpoint", NO_HOST),
         given("--api-endpoint", NO_HOST, lambda c: c.calls["api_endpoint"]),
+        lands(_shown("api"), [NO_HOST], "--api-endpoint", NO_HOST, "--dry-run"),
     ),
     "--host": only(
         K, ("--host", NO_HOST), given("--host", "http://kfp.example.com", _sent("host"))

@@ -39,6 +39,19 @@ def _submit_kubeflow(args: argparse.Namespace) -> int:
     return exit_status.OK
 
 
+def _vertex_dry_run(submission, args: argparse.Namespace) -> str:
+    """What would be submitted, then how: the API endpoint if given, the wait if asked."""
+    lines = [submission.describe()]
+    if args.api_endpoint:
+        lines.append(f"  api        {args.api_endpoint}")
+    if args.wait:
+        lines.append(
+            f"  then       wait for the end, polling every {args.poll_seconds:g} s through up "
+            f"to {args.wait_retry_seconds:g} s of network or server errors"
+        )
+    return "\n".join(lines)
+
+
 def _submit_vertex(args: argparse.Namespace) -> int:
     from pipeline.vertex import options as vertex_options
     from pipeline.vertex import pipeline_file as vertex_file
@@ -56,7 +69,7 @@ def _submit_vertex(args: argparse.Namespace) -> int:
             args.parameter,
         )
         if args.dry_run:
-            print(submission.describe())
+            print(_vertex_dry_run(submission, args))
             return exit_status.OK
         job = vertex_submit.submit(submission, args.api_endpoint)
         print(
