@@ -1,5 +1,6 @@
 """`cifar10-pipeline submit`: a compiled file checked offline, then a Vertex AI PipelineJob (with
---wait, followed to its end) or a Kubeflow Pipelines run."""
+--wait, followed to its end) or a Kubeflow Pipelines run. A file compiled for the other target
+than --target, and a flag of the other target (`pipeline.cli.target_flags`), are refused."""
 
 from __future__ import annotations
 
