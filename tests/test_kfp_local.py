@@ -18,6 +18,7 @@ from components import stack
 from components.cifar10_example_gen.spec import SOURCE_URI_KEY
 from components.contract import SERVED_STATISTICS_FILE, unpack_digests
 from pipeline import cli
+from pipeline.common import compiled_target
 from pipeline.kfp_local import plan as kfp_plan
 from pipeline.local.examples import read_split
 from pipeline.settings.config import CONTAINER_PROJECT_ROOT, CONTAINER_SCHEMA_PATH
@@ -153,7 +154,7 @@ def test_the_google_executors_named_for_kfp_local_are_the_real_ones():
 
     from tfx.dsl.components.base.base_executor import BaseExecutor
 
-    for prefix in kfp_plan.GOOGLE_EXECUTOR_PREFIXES:
+    for prefix in compiled_target.GOOGLE_EXECUTOR_PREFIXES:
         module = importlib.import_module(prefix.rstrip("."))
         if prefix.startswith("components."):
             assert any(

@@ -33,6 +33,7 @@ def _kubeflow_config(args: argparse.Namespace):
         image=args.image,
         source_uri=args.data,
         training=training_config(args),
+        workers=args.workers,
         trainer_cpu=args.trainer_cpu,
         trainer_memory_gb=args.trainer_memory_gb,
         trainer_gpus=args.trainer_gpus,
@@ -174,7 +175,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     target_flags.add(
         parser, "--dataflow-region", help="run the Beam steps on Dataflow in this region"
     )
-    target_flags.add(parser, "--dataflow-temp-location", metavar="GS_URI")
+    target_flags.add(
+        parser,
+        "--dataflow-temp-location",
+        metavar="GS_URI",
+        help="Dataflow's temporary files (required with --dataflow-region, refused without)",
+    )
     target_flags.add(
         parser,
         "--endpoint",
@@ -230,7 +236,8 @@ def _add_kubeflow_pod_args(parser: argparse.ArgumentParser) -> None:
     target_flags.add(
         kubeflow,
         "--gpu-resource",
-        help="Kubernetes resource name of the accelerator (default: nvidia.com/gpu)",
+        help="Kubernetes resource name of the --trainer-gpus accelerator (default: "
+        "nvidia.com/gpu; refused without --trainer-gpus)",
     )
     store = parser.add_argument_group("kubeflow: how the pods reach an s3:// store")
     target_flags.add(

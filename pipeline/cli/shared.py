@@ -53,7 +53,8 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
         default=1,
         help="train with N worker processes (MultiWorkerMirroredStrategy): run: N local "
         "processes on loopback; compile --target vertex: a chief and N-1 workers of "
-        "--worker-machine-type (default: %(default)s)",
+        "--worker-machine-type; compile --target kubeflow: 1 only, the Trainer is one pod "
+        "(default: %(default)s)",
     )
     group.add_argument("--epochs", type=int, help="default: the model recipe's")
     group.add_argument(

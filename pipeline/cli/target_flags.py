@@ -1,13 +1,16 @@
-"""`compile` flags that one target alone honours. Given with the other target, each is refused
-(exit status 2, one line naming the flag, the target it is for and why the other cannot
-honour it) instead of being dropped from the file. "Given" means on the command line, its
-default value too: these flags' parser default is argparse.SUPPRESS, so an absent one is
-missing from the namespace, and `refusal` fills in the real default after looking."""
+"""`compile` and `submit` flags that one target alone honours (COMPILE, SUBMIT). Given with the
+other target, each is refused (exit status 2, one line naming the flag, the target it is for
+and why the other cannot honour it) instead of being dropped; so is one given without the
+flag it is a setting of (`needs`). "Given" means on the command line, its default value too:
+these flags' parser default is argparse.SUPPRESS, so an absent one is missing from the
+namespace, and `refusal` fills in the real default after looking."""
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+
+from pipeline.vertex.submit import WAIT_RETRY_SECONDS
 
 VERTEX = "vertex"
 KUBEFLOW = "kubeflow"
@@ -37,13 +40,14 @@ class TargetFlag:
     target: str  # the one target that honours it
     default: object
     why: str  # why the other target cannot
+    needs: str = ""  # the flag it is a setting of, refused without it
 
     @property
     def dest(self) -> str:
         return self.flag.removeprefix("--").replace("-", "_")
 
 
-FLAGS = {
+COMPILE = {
     flag.flag: flag
     for flag in (
         TargetFlag(
@@ -78,31 +82,74 @@ FLAGS = {
         TargetFlag("--trainer-cpu", KUBEFLOW, 0.0, _POD),
         TargetFlag("--trainer-memory-gb", KUBEFLOW, 0.0, _POD),
         TargetFlag("--trainer-gpus", KUBEFLOW, 0, _POD),
-        TargetFlag("--gpu-resource", KUBEFLOW, "nvidia.com/gpu", _POD),
+        TargetFlag("--gpu-resource", KUBEFLOW, None, _POD),
         TargetFlag("--s3-endpoint", KUBEFLOW, None, _GCS),
         TargetFlag("--s3-secret", KUBEFLOW, None, _GCS),
     )
 }  # fmt: skip
 
 
-def add(group: argparse._ActionsContainer, flag: str, **kwargs) -> None:
-    """Adds one target's flag to the parser; its default is FLAGS'."""
-    spec = FLAGS[flag]
+_KFP_RUN = "a Kubeflow run goes to the cluster that --host names"
+_VERTEX_JOB = "a Vertex AI PipelineJob goes to the project and region compiled in the file"
+_NO_CACHE = (
+    "kfp's Client would set it on every step, also the two that must stay uncached "
+    "(compile --target kubeflow --no-cache sets it in the file)"
+)
+_WAIT = "a Kubeflow run is not followed to its end (see it on the cluster's dashboard)"
+
+SUBMIT = {
+    flag.flag: flag
+    for flag in (
+        TargetFlag("--project", VERTEX, "", _KFP_RUN + ", in no Google Cloud project"),
+        TargetFlag("--region", VERTEX, "", _KFP_RUN + ", in no Vertex AI region"),
+        TargetFlag(
+            "--service-account", VERTEX, "", "a Kubeflow run's pods run as their namespace's "
+            "service account",
+        ),
+        TargetFlag("--network", VERTEX, "", "a Kubeflow run's pods are on the cluster's network"),
+        TargetFlag("--label", VERTEX, [], "a Kubeflow run has no labels"),
+        TargetFlag("--cache", VERTEX, False, _NO_CACHE),
+        TargetFlag("--no-cache", VERTEX, False, _NO_CACHE),
+        TargetFlag("--wait", VERTEX, False, _WAIT),
+        TargetFlag("--poll-seconds", VERTEX, 30.0, _WAIT, needs="--wait"),
+        TargetFlag("--wait-retry-seconds", VERTEX, WAIT_RETRY_SECONDS, _WAIT, needs="--wait"),
+        TargetFlag("--api-endpoint", VERTEX, "", _KFP_RUN),
+        TargetFlag("--host", KUBEFLOW, "", _VERTEX_JOB),
+        TargetFlag("--namespace", KUBEFLOW, "", _VERTEX_JOB + ", in no Kubernetes namespace"),
+        TargetFlag("--experiment", KUBEFLOW, "", _VERTEX_JOB + ", in no KFP experiment"),
+        TargetFlag("--run-name", KUBEFLOW, "", _VERTEX_JOB + ", named by its pipeline and time"),
+    )
+}  # fmt: skip
+
+
+def add(group: argparse._ActionsContainer, flag: str, table: dict = COMPILE, **kwargs) -> None:
+    """Adds one target's flag of `table` (COMPILE, SUBMIT) to the parser; its default is
+    the table's."""
+    spec = table[flag]
     help_text = kwargs.pop("help", "")
-    kwargs["help"] = f"{help_text} ({spec.target} only)".strip().replace("%", "%%")
+    if help_text != argparse.SUPPRESS:
+        kwargs["help"] = f"{help_text} ({spec.target} only)".strip().replace("%", "%%")
+    else:
+        kwargs["help"] = help_text
     group.add_argument(flag, default=argparse.SUPPRESS, **kwargs)
 
 
-def refusal(args: argparse.Namespace) -> str:
-    """Why the compile is refused: the first target flag given that `args.target` cannot
-    honour ('' if none). Fills in the default of every target flag not given."""
-    given = [spec for spec in FLAGS.values() if hasattr(args, spec.dest)]
-    for spec in FLAGS.values():
+def refusal(args: argparse.Namespace, table: dict = COMPILE) -> str:
+    """Why the command is refused: the first flag of `table` given that `args.target` cannot
+    honour, else the first given without the flag it needs ('' if none). Fills in the
+    default of every flag of `table` not given."""
+    given = [spec for spec in table.values() if hasattr(args, spec.dest)]
+    for spec in table.values():
         if not hasattr(args, spec.dest):
             default = spec.default
             setattr(args, spec.dest, list(default) if isinstance(default, list) else default)
     refused = [spec for spec in given if spec.target != args.target]
-    if not refused:
-        return ""
-    spec = refused[0]
-    return f"{spec.flag} is for --target {spec.target}; {spec.why}"
+    if refused:
+        spec = refused[0]
+        return f"{spec.flag} is for --target {spec.target}; {spec.why}"
+    names = {spec.flag for spec in given}
+    alone = [spec for spec in given if spec.needs and spec.needs not in names]
+    if alone:
+        spec = alone[0]
+        return f"{spec.flag} needs {spec.needs}: it is a setting of {spec.needs}"
+    return ""

@@ -11,22 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.common import kfp_platform
+from pipeline.common import compiled_target, kfp_platform
 from pipeline.common.submission import has_dag
 
 # A cloud URI inside any string of the spec, also inside JSON-encoded constants.
 CLOUD_URI = re.compile(r"\b(?:gs|s3)://[^\s\"'\\,;]+")
 # Cifar10ExampleGen's input naming the data (components/cifar10_example_gen/spec.py).
 DATA_PARAMETER = "source_uri"
-# Steps that call Google APIs whatever the data: the Vertex Trainer (a CustomJob) and the
-# endpoint deploy, TFX's or this project's subclasses (named, not imported: no TFX here;
-# tests/test_kfp_local.py checks the names), and Beam steps sent to Dataflow.
-GOOGLE_EXECUTOR_PREFIXES = (
-    "tfx.extensions.google_cloud_ai_platform.",
-    "components.trainer.vertex_trainer.",
-    "components.atomic_pusher.vertex_endpoint.",
-)
-DATAFLOW_ARG = "--runner=DataflowRunner"
 S3 = "s3://"
 
 
@@ -92,28 +83,6 @@ def _map_strings(value: Any, replace: Callable[[str], str]) -> Any:
 def _prefix_pattern(prefix: str) -> re.Pattern:
     """`prefix` as a whole path: gs://b/root matches gs://b/root/x, not gs://b/root2."""
     return re.compile(r"(?<![\w./-])" + re.escape(prefix.rstrip("/")) + r"(?=/|$|[^\w.-])")
-
-
-def _executor(spec: dict, task: str) -> dict:
-    component = spec["components"][spec["root"]["dag"]["tasks"][task]["componentRef"]["name"]]
-    return spec["deploymentSpec"]["executors"][component["executorLabel"]].get("container", {})
-
-
-def _google_steps(spec: dict) -> dict[str, str]:
-    """Tasks that call Google APIs, with the reason."""
-    reasons = {}
-    for task in spec["root"]["dag"]["tasks"]:
-        args = _executor(spec, task).get("args", [])
-        executor = (
-            args[args.index("--executor_class_path") + 1]
-            if ("--executor_class_path" in args)
-            else ""
-        )
-        if executor.startswith(GOOGLE_EXECUTOR_PREFIXES):
-            reasons[task] = f"calls Vertex AI ({executor.rpartition('.')[0]})"
-        elif DATAFLOW_ARG in args:
-            reasons[task] = "runs its Beam pipeline on Dataflow"
-    return reasons
 
 
 def _downstream(spec: dict, roots: set[str]) -> set[str]:
@@ -211,18 +180,12 @@ def _check_form(path: Path, spec: Any) -> None:
                 )
 
 
-def _check_target(path: Path, target: str, google: dict[str, str]) -> None:
-    if target == "kubeflow" and google:
-        task, reason = next(iter(sorted(google.items())))
-        raise LocalRunError(
-            f"{path} was compiled for --target vertex ({task} {reason}); pass --target vertex "
-            "to run the steps that need no Google API"
-        )
-    if target == "vertex" and not google:
-        raise LocalRunError(
-            f"{path} was compiled for --target kubeflow (no step calls Vertex AI); pass "
-            "--target kubeflow"
-        )
+def _check_target(path: Path, target: str, spec: dict) -> None:
+    mismatch = compiled_target.mismatch(path, target, spec)
+    if mismatch and target == compiled_target.KUBEFLOW:  # a Vertex file runs in part
+        raise LocalRunError(f"{mismatch} to run the steps that need no Google API")
+    if mismatch:
+        raise LocalRunError(mismatch)
 
 
 def make_plan(
@@ -243,8 +206,8 @@ def make_plan(
         raise LocalRunError(str(err)) from err
     _check_form(path, spec)
     endpoint = _without_endpoint(spec)  # a cluster's address: this machine's stands in
-    google = _google_steps(spec)
-    _check_target(path, target, google)
+    _check_target(path, target, spec)
+    google = compiled_target.google_steps(spec)
     tasks = spec["root"]["dag"]["tasks"]
     left_out = _downstream(spec, set(google))
     not_run = {name: google[name] for name in sorted(google)}
@@ -273,7 +236,9 @@ def make_plan(
 
     spec = _map_strings(spec, replace)
     for name in tasks:
-        text = json.dumps([spec["root"]["dag"]["tasks"][name], _executor(spec, name)])
+        text = json.dumps(
+            [spec["root"]["dag"]["tasks"][name], compiled_target.executor(spec, name)]
+        )
         unmapped = next(
             (m for m in CLOUD_URI.finditer(text) if not (keep_uris and m[0].startswith(S3))), None
         )

@@ -49,10 +49,11 @@ def kubeflow_config(
     image: str,
     source_uri: str,
     training: TrainingConfig,
+    workers: int = 1,
     trainer_cpu: float = 0.0,
     trainer_memory_gb: float = 0.0,
     trainer_gpus: int = 0,
-    gpu_resource: str = "nvidia.com/gpu",
+    gpu_resource: str | None = None,
     source_fingerprint: str = "",
     beam_args: tuple[str, ...] = (),
     pipeline_name: str = "cifar10",
@@ -61,9 +62,15 @@ def kubeflow_config(
     **overrides,
 ) -> PipelineConfig:
     """The pipeline on a KFP cluster: the standard Trainer in its own pod with the
-    given requests; strategy `auto` then picks from the devices that pod sees. The Beam
-    steps run in their pods (DirectRunner) with `beam_args`. With an s3:// store the pods
-    get `s3_endpoint` and `s3_secret`'s keys (None: the cluster's own store and secret)."""
+    given requests; strategy `auto` then picks from the devices that pod sees (`gpu_resource`
+    names the accelerator, None: KubeflowConfig's). The Beam steps run in their pods
+    (DirectRunner) with `beam_args`. With an s3:// store the pods get `s3_endpoint` and
+    `s3_secret`'s keys (None: the cluster's own store and secret)."""
+    if gpu_resource is not None and not trainer_gpus:
+        raise ValueError(
+            "--gpu-resource needs --trainer-gpus N: it names the accelerator the Trainer's pod "
+            "requests N of"
+        )
     root = _artifact_store_uri("--pipeline-root", pipeline_root)
     source_uri = _artifact_store_uri("--data", source_uri)
     on_s3 = any(object_store.is_s3(uri) for uri in (root, source_uri))
@@ -82,6 +89,11 @@ def kubeflow_config(
         }
     if not image:
         raise ValueError("--image is required: the pipeline image every step runs")
+    if workers != 1:
+        raise ValueError(
+            f"--workers {workers} is not compiled for Kubeflow Pipelines: the Trainer is one "
+            "pod (see docs/kubeflow.md)"
+        )
     if training.strategy == "multi_worker":
         raise ValueError(
             "--workers / --strategy multi_worker are not compiled for Kubeflow Pipelines: "
@@ -99,7 +111,7 @@ def kubeflow_config(
             trainer_cpu=trainer_cpu,
             trainer_memory_gb=trainer_memory_gb,
             trainer_gpus=trainer_gpus,
-            gpu_resource=gpu_resource,
+            gpu_resource=KubeflowConfig.gpu_resource if gpu_resource is None else gpu_resource,
             **store,
         ),
         **overrides,

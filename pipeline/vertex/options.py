@@ -45,7 +45,16 @@ def _dataflow_args(
     extra: tuple[str, ...],
 ) -> tuple[str, ...]:
     """Beam options for Dataflow workers running the pipeline image; `extra` (--beam-arg)
-    comes last, so it wins over these defaults."""
+    comes last, so it wins over these defaults. Without a region, `extra` alone: the Beam
+    steps run in their own containers, and a temporary location would go unused."""
+    if not region:
+        if temp_location:
+            raise ValueError(
+                "--dataflow-temp-location needs --dataflow-region: it is where the Beam steps "
+                "keep their temporary files on Dataflow, and without a region they run in "
+                "their own containers"
+            )
+        return extra
     if not temp_location.startswith("gs://"):
         raise ValueError("--dataflow-temp-location gs://... is required with --dataflow-region")
     args = [
@@ -97,6 +106,11 @@ class WorkerPools:
     def training(self, training: TrainingConfig) -> TrainingConfig:
         """The strategy that fits: tpu on a TPU, multi_worker on several workers, else
         auto (MirroredStrategy over one machine's GPUs)."""
+        if self.machine_type and training.tpu:
+            raise ValueError(
+                f"--tpu and --worker-machine-type exclude each other: {self.describe()} has no "
+                "TPU to connect to (for a Cloud TPU, pass --tpu-type instead)"
+            )
         fits = "tpu" if not self.machine_type else "multi_worker" if self.workers > 1 else "auto"
         if training.strategy not in ("auto", fits):
             raise ValueError(
@@ -184,10 +198,9 @@ def vertex_config(
         raise ValueError(
             f"--network must be projects/PROJECT_NUMBER/global/networks/NAME, got '{network}'"
         )
-    if dataflow_region:
-        beam_args = _dataflow_args(
-            project, dataflow_region, dataflow_temp_location, image, service_account, beam_args
-        )
+    beam_args = _dataflow_args(
+        project, dataflow_region, dataflow_temp_location, image, service_account, beam_args
+    )
     root = pipeline_root.rstrip("/")
     if training.cpu_replicas:
         raise ValueError("--cpu-replicas splits a local CPU; it has no meaning on Vertex AI")
