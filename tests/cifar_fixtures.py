@@ -193,3 +193,17 @@ def files_under(directory) -> dict[str, bytes]:
         os.path.relpath(path, directory): Path(path).read_bytes()
         for path in (os.path.join(root, n) for root, _, names in os.walk(directory) for n in names)
     }
+
+
+def served_version(base, version: str, spans_record: dict[int, str] | None = None):
+    """A complete version folder (saved_model.pb written last, as every push does) with the
+    spans record a push keeps; by default span version // 100 with print-VERSION."""
+    from components.cifar10_example_gen.spans import record_json
+
+    folder = base / version
+    (folder / "variables").mkdir(parents=True)
+    (folder / "variables" / "variables.index").write_bytes(b"weights")
+    record = spans_record or {int(version) // 100: f"print-{version}"}
+    (folder / "training_spans.json").write_text(record_json(record))
+    (folder / "saved_model.pb").write_bytes(b"graph")
+    return folder

@@ -12,17 +12,7 @@ from components import served_versions
 from components.cifar10_example_gen import spans
 from pipeline import cli
 
-
-def _serve(base, version, spans_record=None):
-    folder = base / version
-    folder.mkdir(parents=True)
-    (folder / "saved_model.pb").write_bytes(b"graph")
-    (folder / "variables").mkdir()
-    (folder / "variables" / "variables.index").write_bytes(b"weights")
-    record = spans_record or {int(version) // 100: f"print-{version}"}
-    (folder / "training_spans.json").write_text(
-        spans.record_json({n: p for n, p in record.items()})
-    )
+from cifar_fixtures import served_version as _serve
 
 
 @pytest.fixture
@@ -97,8 +87,11 @@ def test_a_reason_is_required(serving, capsys):
 def test_the_rolled_back_spans_are_not_retrained_unattended(serving):
     cli.main(["rollback", "--model-dir", str(serving), "--reason", "labels were wrong"])
     state = served_versions.read_served_state(str(serving))
-    with pytest.raises(spans.NoNewSpan, match=r"span-3 trained version 300, which was rolled "
-                       r"back \(.*: labels were wrong\); nothing is retrained unattended"):
+    with pytest.raises(
+        spans.NoNewSpan,
+        match=r"span-3 trained version 300, which was rolled "
+        r"back \(.*: labels were wrong\); nothing is retrained unattended",
+    ):
         spans.check_not_stale({3: "print-300"}, state)
     spans.check_not_stale({3: "print-300"}, state, force=True)  # --force retrains
     spans.check_not_stale({3: "other content"}, state)  # new content under the number is new

@@ -10,7 +10,7 @@ import pytest
 from pipeline import cli
 from pipeline.operations import nights
 
-from test_rollback import _serve
+from cifar_fixtures import served_version as _serve
 
 
 def _night(base, outcome, **facts):
