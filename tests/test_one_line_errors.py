@@ -60,3 +60,18 @@ def test_a_pipeline_file_that_is_not_text_is_a_pipeline_file_error(tmp_path):
         kfp_platform.read_pipeline_file(path)
     with pytest.raises(kfp_platform.PipelineFileError, match=r"\(No such file or directory\)"):
         kfp_platform.read_pipeline_file(tmp_path / "missing.yaml")
+
+
+def test_local_kfp_checks_its_folders_before_starting(tmp_path, capsys):
+    """Once a traceback from the kfp environment (--output-dir under a file), or a missing
+    --data found 40 s later, when the first step failed."""
+    pipeline_file = tmp_path / "p.yaml"
+    pipeline_file.write_text("pipelineInfo: {name: x}\n")
+    (tmp_path / "notes").write_text("x")
+    out = tmp_path / "notes" / "out"
+    assert cli.main(["local-kfp", str(pipeline_file), "--output-dir", str(out)]) == 2
+    _one_line(capsys, f"error: --output-dir {out}: {tmp_path / 'notes'} is a file")
+    missing = tmp_path / "cifar.tar.gz"
+    argv = ["local-kfp", str(pipeline_file), "--data", str(missing)]
+    assert cli.main([*argv, "--output-dir", str(tmp_path / "out")]) == 2
+    _one_line(capsys, f"error: --data {missing}: no such file or folder")

@@ -162,6 +162,14 @@ def output_problem(path: Path) -> str:
     return ""
 
 
+def folder_problem(path: Path) -> str:
+    """Why `path` cannot be (made) a folder: '' when it is one or can be made."""
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        return f"{path}: {existing} is a file, not a folder"
+    return ""
+
+
 def wrote(
     verb: str,
     write: Callable[[], Path],
