@@ -137,3 +137,14 @@ def test_help_says_what_a_folder_stands_for(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "a folder stands for the .png, .jpg and .jpeg files in it, sorted by name" in text
     assert "a run folder" in text
+
+
+def test_a_model_it_cannot_load_is_one_line(tmp_path, capsys):
+    version = tmp_path / "broken" / "1"
+    version.mkdir(parents=True)
+    (version / "saved_model.pb").write_bytes(b"not a SavedModel")
+    image = fx.write_png(tmp_path / "a.png")
+    status, out, err = _predict(capsys, "--model-dir", version, image)
+    assert (status, out) == (2, [])
+    assert len(err) == 1 and err[0].startswith(f"error: {version}: cannot load the model ("), err
+    assert "b'" not in err[0]

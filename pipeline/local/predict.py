@@ -130,6 +130,7 @@ class Classifier:
             self._serve = tf.saved_model.load(str(version_dir)).signatures["serving_default"]
         except Exception as err:  # a damaged or foreign SavedModel: OSError, OpError, ...
             reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            reason = re.sub(r"\bb'([^']*)'", r"\1", reason)  # C++ paths come as bytes
             raise ModelNotFoundError(f"{version_dir}: cannot load the model ({reason})") from None
         self._tf = tf
 
