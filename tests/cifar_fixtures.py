@@ -207,3 +207,33 @@ def served_version(base, version: str, spans_record: dict[int, str] | None = Non
     (folder / "training_spans.json").write_text(record_json(record))
     (folder / "saved_model.pb").write_bytes(b"graph")
     return folder
+
+
+def tiny_served_model(run_dir: Path, version: str = "1") -> Path:
+    """`<run_dir>/serving/cifar10/<version>`, laid out as `run --output-dir` leaves it:
+    an untrained network shaped like the real one (uint8 [N,32,32,3] -> 10 logits),
+    exported as the Trainer exports, in seconds instead of a training run."""
+    from components.trainer import export
+    from components.trainer.keras import keras
+
+    network = keras.Sequential(
+        [
+            keras.layers.Input((32, 32, 3), dtype="uint8"),
+            keras.layers.Rescaling(1 / 255),
+            keras.layers.Flatten(),
+            keras.layers.Dense(10),
+        ]
+    )
+    version_dir = run_dir / "serving" / "cifar10" / version
+    export.export_serving_model(network, str(version_dir))
+    return version_dir
+
+
+def write_png(path: Path, seed: int = 0) -> Path:
+    """A 32x32 PNG of generated pixels."""
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 255, (32, 32, 3), dtype=np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(pixels).save(path)
+    return path

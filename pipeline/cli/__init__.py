@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import logging
 import os
 import sys
 import time
@@ -21,8 +22,16 @@ from pipeline.common import exit_status, library_log
 
 # Commands whose libraries' console output (TensorFlow's C++ start-up errors, TFX and absl
 # logging) goes to a log file of its own: --log-file, else the user's state directory, never
-# the working directory. `run` keeps its log in its output folder.
-LIBRARY_OUTPUT_TO_LOG = ("compile", "submit", "predict")
+# the working directory. `run` keeps its log in its output folder. Each with the lowest level
+# its log keeps: what `predict` and `report` would log at INFO is what their imports say
+# (Beam's type hints, absl's optional modules), so they keep warnings and errors, and a log
+# that stays empty is removed.
+LIBRARY_OUTPUT_TO_LOG = {
+    "compile": logging.INFO,
+    "submit": logging.INFO,
+    "predict": logging.WARNING,
+    "report": logging.WARNING,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     else:  # the process id too: two commands started in the same second must not share a log
         stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         log_path = library_log.user_log_dir() / f"{args.command}-{stamp}.log"
-    with library_log.to_file(log_path):
+    with library_log.to_file(log_path, LIBRARY_OUTPUT_TO_LOG[args.command]):
         status = args.func(args)
     if status == exit_status.ERROR and log_path.exists():  # a refusal stays one line
         print(f"(the libraries' log: {log_path})", file=sys.stderr)

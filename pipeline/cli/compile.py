@@ -9,7 +9,13 @@ import sys
 from pathlib import Path
 
 from pipeline.cli import target_flags
-from pipeline.cli.shared import add_gate_args, add_training_args, training_config, wrote
+from pipeline.cli.shared import (
+    add_gate_args,
+    add_training_args,
+    output_problem,
+    training_config,
+    wrote,
+)
 from pipeline.common import exit_status, kfp_platform
 from pipeline.settings.tpu import ACCEPTED_NAMES as TPU_NAMES
 
@@ -92,8 +98,9 @@ def _shared_compile_settings(args: argparse.Namespace) -> dict:
 
 def _compile(args: argparse.Namespace, make_config, compile_pipeline) -> int:
     """The same topology for either target; only the configuration differs."""
+    output = Path(args.output)
     return wrote(
-        "Compiled", lambda: compile_pipeline(make_config(args), Path(args.output)), ValueError
+        "Compiled", lambda: compile_pipeline(make_config(args), output), ValueError, output
     )
 
 
@@ -110,8 +117,9 @@ def _compile_vertex(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    """A flag the target cannot honour is refused before anything is imported or written."""
-    refused = target_flags.refusal(args)
+    """A flag the target cannot honour, or an --output that cannot be written, is refused
+    before anything is imported or written."""
+    refused = target_flags.refusal(args) or output_problem(Path(args.output))
     if refused:
         print(f"error: {refused}", file=sys.stderr)
         return exit_status.BAD_INPUT

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from components import stack
+from pipeline.cli.shared import folder_problem
 from pipeline.common import exit_status
 from pipeline.settings.config import DEFAULT_OUTPUT_DIR
 
@@ -18,6 +19,10 @@ def cmd_local_kfp(args: argparse.Namespace) -> int:
     """Hands the file to `pipeline.kfp_local` in the kfp SDK's own environment; each step
     comes back to this environment's Python. The checkout is found from the installed
     package (editable, as `make` installs it), not from where the command runs."""
+    refused = _path_problem(args)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return exit_status.BAD_INPUT
     checkout = Path(str(importlib.resources.files("pipeline"))).parent
     kfp_python = Path(args.kfp_python or stack.kfp_local_python(checkout))
     dockerfile = checkout / "Dockerfile"
@@ -36,6 +41,17 @@ def cmd_local_kfp(args: argparse.Namespace) -> int:
     if args.keep_uris:
         command += ["--keep-uris"]
     return subprocess.call(command)
+
+
+def _path_problem(args: argparse.Namespace) -> str:
+    """An --output-dir that cannot be a folder or a --data that is not there, before the
+    kfp environment starts (seconds) and its first step finds out (a minute)."""
+    folder = folder_problem(Path(args.output_dir))
+    if folder:
+        return f"--output-dir {folder}"
+    if args.data and "://" not in args.data and not Path(args.data).exists():
+        return f"--data {args.data}: no such file or folder"
+    return ""
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

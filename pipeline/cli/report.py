@@ -10,10 +10,16 @@ from pipeline.settings.config import DEFAULT_OUTPUT_DIR
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """A folder it cannot make a page of (no run, an outdated, damaged or foreign summary,
+    a damaged artifact) is one line naming the file, exit status 2."""
     from pipeline.local import report
+    from pipeline.local.report_data import ArtifactError
+    from pipeline.local.summary import SummaryError
 
     return wrote(
-        "Wrote", lambda: report.build_report(Path(args.run_dir).resolve()), FileNotFoundError
+        "Wrote",
+        lambda: report.build_report(Path(args.run_dir).resolve()),
+        (FileNotFoundError, SummaryError, ArtifactError),
     )
 
 

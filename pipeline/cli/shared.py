@@ -168,12 +168,42 @@ def add_gate_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def wrote(verb: str, write: Callable[[], Path], refused: type[Exception]) -> int:
-    """A command that writes one file: its path when written, one line when `refused`."""
+def output_problem(path: Path) -> str:
+    """Why a file cannot be written at `path` ('' when nothing is known against it), so that
+    a command refuses before its slow part."""
+    if path.is_dir():
+        return f"{path}: is a folder; name a file in it"
+    existing = next((p for p in path.parents if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        return f"{path}: {existing} is a file, not a folder"
+    return ""
+
+
+def folder_problem(path: Path) -> str:
+    """Why `path` cannot be (made) a folder: '' when it is one or can be made."""
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        return f"{path}: {existing} is a file, not a folder"
+    return ""
+
+
+def wrote(
+    verb: str,
+    write: Callable[[], Path],
+    refused: type[Exception] | tuple[type[Exception], ...],
+    target: Path | None = None,
+) -> int:
+    """A command that writes one file: its path when written, one line when `refused`, or
+    when `target` cannot be written (a full disk, no permission)."""
     try:
         path = write()
     except refused as err:
         print(f"error: {err}", file=sys.stderr)
+        return exit_status.BAD_INPUT
+    except OSError as err:
+        if target is None:
+            raise
+        print(f"error: {target}: cannot write it ({err.strerror or err})", file=sys.stderr)
         return exit_status.BAD_INPUT
     print(f"{verb} {path}")
     return exit_status.OK

@@ -60,8 +60,13 @@ def read_pipeline_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
     try:
         documents = [doc for doc in yaml.safe_load_all(Path(path).read_text()) if doc is not None]
-    except (OSError, yaml.YAMLError) as err:
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        if isinstance(err, UnicodeDecodeError):
+            reason = "not UTF-8 text"
+        elif isinstance(err, OSError):
+            reason = err.strerror or type(err).__name__
+        else:
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise PipelineFileError(f"{path}: not a readable KFP pipeline YAML ({reason})") from err
     if not documents or len(documents) > 2 or not all(isinstance(d, dict) for d in documents):
         raise PipelineFileError(

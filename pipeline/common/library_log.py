@@ -12,6 +12,27 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+# What TensorFlow's C++ (and absl) write to descriptor 2 as it is imported, on every machine,
+# about nothing a user of this CLI can act on: the CUDA plugins registered twice, no CUDA
+# driver (a CPU machine, or GPUs hidden on purpose), oneDNN on, the CPU's instructions, no
+# TensorRT. `TF_CPP_MIN_LOG_LEVEL=2` (components/__init__.py) keeps INFO and WARNING away, yet
+# not the plugins' ERROR lines, and 3 would hide every real error too. Such a line is dropped
+# from the log, so a command that logged nothing else leaves no log.
+STARTUP_NOISE = (
+    b"Unable to register cuFFT factory",
+    b"Unable to register cuDNN factory",
+    b"Unable to register cuBLAS factory",
+    b"oneDNN custom operations are on",
+    b"Could not find cuda drivers on your machine",
+    b"failed call to cuInit: CUDA_ERROR_NO_DEVICE",
+    b"This TensorFlow binary is optimized to use available CPU instructions",
+    b"To enable the following instructions:",  # the line above goes on with this one
+    b"TF-TRT Warning: Could not find TensorRT",
+    b"All log messages before absl::InitializeLog() is called are written to STDERR",
+)
+# A longer log (a long run's) keeps them: reading it all back would cost more than they do.
+MAX_FILTERED_BYTES = 64 * 1024 * 1024
+
 
 @contextlib.contextmanager
 def _stderr_fd_to(log_fd: int) -> Iterator[None]:
@@ -57,14 +78,14 @@ class _LogFileHandler(logging.FileHandler):
 
 
 @contextlib.contextmanager
-def _logging_to(path: Path) -> Iterator[None]:
-    """Python logging at INFO (TFX, Beam, absl) to `path` instead of the root logger's
-    handlers and TensorFlow's own console handler."""
+def _logging_to(path: Path, level: int) -> Iterator[None]:
+    """Python logging from `level` up (TFX, Beam, absl) to `path` instead of the root
+    logger's handlers and TensorFlow's own console handler."""
     from absl import logging as absl_logging
 
     root = logging.getLogger()
     file_handler = _LogFileHandler(path)
-    file_handler.setLevel(logging.INFO)  # live progress updates stay off the file
+    file_handler.setLevel(level)  # live progress updates (below INFO) stay off the file
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     saved_level, saved_handlers = root.level, list(root.handlers)
     for handler in saved_handlers:
@@ -76,7 +97,7 @@ def _logging_to(path: Path) -> Iterator[None]:
     for handler in saved_tf_handlers:
         tf_logger.removeHandler(handler)
     root.addHandler(file_handler)
-    root.setLevel(logging.INFO)
+    root.setLevel(level)
     saved_absl_verbosity = absl_logging.get_verbosity()
     absl_logging.set_verbosity(absl_logging.INFO)
     try:
@@ -103,9 +124,11 @@ def user_log_dir() -> Path:
 
 
 @contextlib.contextmanager
-def to_file(path: Path) -> Iterator[None]:
-    """Library output goes to `path` (appended), the project's own `sys.stderr` lines stay
-    on the console. A log that stayed empty is removed, so quick commands leave nothing.
+def to_file(path: Path, level: int = logging.INFO) -> Iterator[None]:
+    """Library output goes to `path` (appended): Python logging from `level` up and all
+    that is written to descriptor 2 but TensorFlow's start-up lines; the project's own
+    `sys.stderr` lines stay on the console. A log that stayed empty is removed, so quick
+    commands leave nothing.
     Where the log cannot be written, everything stays on the console, as without one."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -113,7 +136,29 @@ def to_file(path: Path) -> Iterator[None]:
     except OSError:
         yield
         return
-    with log, _stderr_fd_to(log.fileno()), _logging_to(path):
+    start = os.fstat(log.fileno()).st_size
+    with log, _stderr_fd_to(log.fileno()), _logging_to(path, level):
         yield
-    if path.stat().st_size == 0:
-        path.unlink()
+    with contextlib.suppress(OSError):  # a log that cannot be tidied is still a log
+        _drop_startup_noise(path, start)
+        if path.stat().st_size == 0:
+            path.unlink()
+
+
+def _drop_startup_noise(path: Path, start: int) -> None:
+    """TensorFlow's start-up lines (`STARTUP_NOISE`) out of what this command appended to
+    `path` from byte `start` on; what an earlier command wrote there stays as it was."""
+    with open(path, "r+b") as log:
+        log.seek(start)
+        appended = log.read(MAX_FILTERED_BYTES + 1)
+        if len(appended) > MAX_FILTERED_BYTES:
+            return
+        kept = b"".join(
+            line
+            for line in appended.splitlines(keepends=True)
+            if not any(marker in line for marker in STARTUP_NOISE)
+        )
+        if kept != appended:
+            log.seek(start)
+            log.write(kept)
+            log.truncate()

@@ -26,7 +26,7 @@ from components.contract import (
 )
 from pipeline.common.files import write_atomically
 from pipeline.local.examples import read_split
-from pipeline.local.report_data import data_section, png_of, tiles
+from pipeline.local.report_data import ArtifactError, data_section, png_of, reading, tiles
 from pipeline.local.summary import RunSummary
 
 REPORT_FILE = "report.html"
@@ -135,22 +135,19 @@ def evaluation_section(summary: RunSummary) -> dict[str, Any] | None:
         "mistakes": None,
     }
     model_dir = os.path.join(summary.artifacts.get("model", ""), "Format-Serving")
-    images, labels, serialized = (
-        read_split(summary.artifacts["examples"], EVAL_SPLIT, MISTAKES_SAMPLE)
-        if "examples" in summary.artifacts
-        else ([], [], [])
-    )
+    images, labels, serialized = _records(summary, EVAL_SPLIT, MISTAKES_SAMPLE)
     if not os.path.exists(model_dir) or not serialized:
         return section
-    serve = tf.saved_model.load(model_dir).signatures[EXAMPLES_SIGNATURE]
-    probabilities = np.concatenate(
-        [
-            serve(**{EXAMPLES_INPUT: tf.constant(serialized[i : i + 512])})[
-                PROBABILITIES_KEY
-            ].numpy()
-            for i in range(0, len(serialized), 512)
-        ]
-    )
+    with reading(model_dir, "model"):
+        serve = tf.saved_model.load(model_dir).signatures[EXAMPLES_SIGNATURE]
+        probabilities = np.concatenate(
+            [
+                serve(**{EXAMPLES_INPUT: tf.constant(serialized[i : i + 512])})[
+                    PROBABILITIES_KEY
+                ].numpy()
+                for i in range(0, len(serialized), 512)
+            ]
+        )
     predicted = probabilities.argmax(1)
     wrong = np.flatnonzero(predicted != labels)
     worst = wrong[np.argsort(-probabilities[wrong].max(1))][:MISTAKES_SHOWN]
@@ -188,26 +185,37 @@ def outcome_section(summary: RunSummary) -> dict[str, Any]:
     }
 
 
+def _records(summary: RunSummary, split: str, limit: int):
+    """The first `limit` records of a split of the run's examples (none without them)."""
+    examples = summary.artifacts.get("examples")
+    if not examples:
+        return np.zeros((0, *IMAGE_SHAPE), np.uint8), np.zeros(0, np.int64), []
+    with reading(examples, "examples"):
+        return read_split(examples, split, limit)
+
+
 def build_report(run_dir: Path) -> Path:
-    """Writes `<run_dir>/report.html` from `run_summary.json` and the run's artifacts."""
+    """Writes `<run_dir>/report.html` from `run_summary.json` and the run's artifacts.
+    Raises FileNotFoundError (no summary), `SummaryError` (one it cannot read) or
+    `ArtifactError` (an artifact or the page it cannot read or write), each naming the
+    file; the page is written whole or not at all."""
     import matplotlib
 
     matplotlib.use("Agg")
     summary = RunSummary.load(run_dir)
-    examples = summary.artifacts.get("examples")
-    train = (
-        read_split(examples, TRAIN_SPLIT, SAMPLE_RECORDS)
-        if examples
-        else (np.zeros((0, *IMAGE_SHAPE), np.uint8), np.zeros(0, np.int64), [])
-    )
     page = _template().render(
         run_id=summary.run_id,
         outcome=outcome_section(summary),
-        data=data_section(summary, train),
+        data=data_section(summary, _records(summary, TRAIN_SPLIT, SAMPLE_RECORDS)),
         training=training_section(summary),
         evaluation=evaluation_section(summary),
     )
-    return write_atomically(run_dir / REPORT_FILE, page)
+    try:
+        return write_atomically(run_dir / REPORT_FILE, page)
+    except OSError as err:
+        raise ArtifactError(
+            f"{run_dir / REPORT_FILE}: cannot write the page ({err.strerror or err})"
+        ) from None
 
 
 def _template():

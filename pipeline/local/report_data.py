@@ -5,8 +5,12 @@ splits and of the served model's training data, each distance beside its thresho
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import os
+import re
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,32 @@ from pipeline.local.summary import RunSummary
 
 SAMPLES_PER_CLASS = 8
 SUSPECTS_SHOWN = 30
+
+
+class ArtifactError(ValueError):
+    """A file or folder of the run that the report cannot read; the message names it."""
+
+
+@contextlib.contextmanager
+def reading(path: str, what: str) -> Iterator[None]:
+    """Reading `path`, the run's `what`: a file that is not there, damaged or unreadable
+    (OSError, a proto that does not parse, TensorFlow's DataLossError and the like) is an
+    `ArtifactError` naming it, in words rather than TensorFlow's op names."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        yield
+    except Exception as err:
+        tf = sys.modules.get("tensorflow")  # imported by now, if the reading needed it
+        read_errors = (OSError, ValueError, DecodeError) + ((tf.errors.OpError,) if tf else ())
+        if isinstance(err, ArtifactError) or not isinstance(err, read_errors):
+            raise
+        reason = getattr(err, "message", None) or getattr(err, "strerror", None) or str(err)
+        if isinstance(err, DecodeError):  # protobuf names its message type, not the problem
+            reason = "damaged: it does not parse"
+        reason = re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:.*", "", reason, flags=re.DOTALL)
+        reason = (reason.strip().splitlines() or [type(err).__name__])[0]
+        raise ArtifactError(f"{path}: cannot read the run's {what} ({reason})") from err
 
 
 def png_of(figure, margins: dict[str, float]) -> str:
@@ -101,7 +131,10 @@ def _statistics_rows(summary: RunSummary) -> tuple[list[list[Any]], list[list[An
     for split in (TRAIN_SPLIT, EVAL_SPLIT):
         path = statistics_file(artifacts.get("statistics", ""), split)
         if os.path.exists(path):
-            stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(Path(path).read_bytes())
+            with reading(path, "statistics"):
+                stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(
+                    Path(path).read_bytes()
+                )
             for dataset in stats.datasets:
                 for feature in dataset.features:
                     name = ".".join(feature.path.step)
@@ -123,7 +156,8 @@ def _statistics_rows(summary: RunSummary) -> tuple[list[list[Any]], list[list[An
                     rows.append([split, name, dataset.num_examples, common.num_missing, detail])
         path = anomalies_file(artifacts.get("anomalies", ""), split)
         if os.path.exists(path):
-            found = anomalies_pb2.Anomalies.FromString(Path(path).read_bytes())
+            with reading(path, "anomalies"):
+                found = anomalies_pb2.Anomalies.FromString(Path(path).read_bytes())
             anomalies += [
                 [split, name, info.short_description or info.description]
                 for name, info in found.anomaly_info.items()
@@ -136,7 +170,8 @@ def _read_statistics(path: str):
 
     if not path or not os.path.exists(path):
         return None
-    return statistics_pb2.DatasetFeatureStatisticsList.FromString(Path(path).read_bytes())
+    with reading(path, "statistics"):
+        return statistics_pb2.DatasetFeatureStatisticsList.FromString(Path(path).read_bytes())
 
 
 def _histogram(stats, name: str) -> tuple[np.ndarray, np.ndarray] | None:
@@ -254,7 +289,8 @@ def suspect_tiles(summary: RunSummary, comparison: dict) -> list[tuple[str, str]
     examples = summary.artifacts.get("examples")
     if not suspects or not examples:
         return []
-    images = read_by_id(examples, TRAIN_SPLIT, [s["record_id"] for s in suspects])
+    with reading(examples, "examples"):
+        images = read_by_id(examples, TRAIN_SPLIT, [s["record_id"] for s in suspects])
     shown = [s for s in suspects if s["record_id"] in images]
     captions = [f"{s['given']}? model: {s['predicted']} {s['confidence']:.0%}" for s in shown]
     return tiles(np.array([images[s["record_id"]] for s in shown]), captions) if shown else []

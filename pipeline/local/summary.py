@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,6 +100,14 @@ class RunSummary:
 
     @classmethod
     def from_json(cls, values: dict[str, Any], where: str = SUMMARY_FILE) -> RunSummary:
+        """Strict: a missing, unknown or wrongly typed field is a `SummaryError` naming it."""
+        if not isinstance(values, dict):
+            raise SummaryError(f"{where}: not a run summary (a JSON {type(values).__name__})")
+        required = _required_fields(cls)
+        if not required & set(values):
+            raise SummaryError(
+                f"{where}: not a run summary (none of {', '.join(sorted(required))})"
+            )
         values = dict(values)
         parts: dict[str, Any] = {}
         for name, part_type in (
@@ -106,11 +116,9 @@ class RunSummary:
             ("push", Push),
         ):
             names = [f.name for f in dataclasses.fields(part_type)]
-            present = [n for n in names if n in values]
+            present = {n: values.pop(n) for n in names if n in values}
             if present:
-                parts[name] = strict_from_json(
-                    part_type, {n: values.pop(n) for n in present}, f"{where} ({name})"
-                )
+                parts[name] = _strictly(part_type, present, f"{where} ({name})")
         if "evaluation" in parts:
             evaluation = parts["evaluation"]
             parts["evaluation"] = dataclasses.replace(
@@ -120,7 +128,7 @@ class RunSummary:
                     int(k): v for k, v in evaluation.per_class_eval_records.items()
                 },
             )
-        return strict_from_json(cls, {**values, **parts}, where)
+        return _strictly(cls, {**values, **parts}, where)
 
     def write(self, output_dir: Path) -> Path:
         """Writes `<output_dir>/run_summary.json` atomically."""
@@ -130,10 +138,75 @@ class RunSummary:
 
     @classmethod
     def load(cls, output_dir: Path) -> RunSummary:
+        """FileNotFoundError where the folder holds no summary, SummaryError where it holds
+        one that cannot be read: each names the folder or file and the problem."""
         path = output_dir / SUMMARY_FILE
+        if output_dir.exists() and not output_dir.is_dir():
+            raise SummaryError(f"{output_dir}: not a folder")
         if not path.exists():
             raise FileNotFoundError(f"{path}: no run summary; run the pipeline first")
-        return cls.from_json(json.loads(path.read_text()), str(path))
+        try:
+            values = json.loads(path.read_bytes())
+        except OSError as err:
+            raise SummaryError(f"{path}: cannot read it ({err.strerror or err})") from None
+        except ValueError as err:  # JSONDecodeError, or bytes that are not UTF-8 text
+            where = f", line {err.lineno}" if isinstance(err, json.JSONDecodeError) else ""
+            raise SummaryError(f"{path}: damaged, not JSON{where}") from None
+        return cls.from_json(values, str(path))
+
+
+class SummaryError(ValueError):
+    """A run summary that cannot be read: outdated, damaged or not one at all."""
+
+
+def _required_fields(cls: type) -> set[str]:
+    return {
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+
+
+def _strictly(cls: type, values: dict[str, Any], where: str):
+    """`cls(**values)` after every field is checked: present, known, and of the kind of
+    JSON value this version writes there."""
+    try:
+        record = strict_from_json(cls, values, where)
+    except ValueError as err:
+        raise SummaryError(
+            f"{err}: written by another version of the pipeline; `cifar10-pipeline run` "
+            "writes a new one"
+        ) from None
+    hints = typing.get_type_hints(cls)
+    for name, value in values.items():
+        if not _fits(value, hints[name]):
+            shown = json.dumps(value)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise SummaryError(f"{where}: damaged: {name} cannot be {shown}")
+    return record
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a JSON value is of the kind `hint` declares: numbers for int and float, and
+    so on into lists and objects (whose keys are text, digits for int keys); a dataclass
+    is checked on its own."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, arg) for arg in args)
+    if hint is type(None):
+        return value is None
+    if origin is dict:
+        return isinstance(value, dict) and all(
+            (args[0] is not int or str(key).lstrip("-").isdigit()) and _fits(item, args[1])
+            for key, item in value.items()
+        )
+    if origin in (list, tuple):
+        return isinstance(value, list) and all(_fits(item, args[0]) for item in value)
+    if hint in (int, float):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint in (str, bool):
+        return isinstance(value, hint)
+    return True  # Any, and the parts (dataclasses)
 
 
 def record_counts(statistics_uri: str) -> dict[str, int]:
