@@ -31,6 +31,8 @@ LIBRARY_OUTPUT_TO_LOG = {
     "submit": logging.INFO,
     "predict": logging.WARNING,
     "report": logging.WARNING,
+    "rollback": logging.WARNING,
+    "status": logging.WARNING,
 }
 
 
