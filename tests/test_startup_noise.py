@@ -125,3 +125,15 @@ def test_compile_keeps_the_start_up_lines_out_of_the_console_and_its_log(tmp_pat
     (log,) = _logs(tmp_path / "state")
     text = log.read_text()
     assert "INFO" in text and _quiet(text), text[:3000]
+
+
+@pytest.mark.parametrize("command", ["rollback", "status"])
+def test_the_operations_commands_print_no_start_up_lines_and_leave_no_log(tmp_path, command):
+    base = tmp_path / "serving"
+    for version in ("100", "200"):
+        fx.served_version(base, version)
+    extra = ["--reason", "test"] if command == "rollback" else []
+    done = _command(tmp_path / "state", command, "--model-dir", base, *extra)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr == "" and _quiet(done.stdout)
+    assert _logs(tmp_path / "state") == []
