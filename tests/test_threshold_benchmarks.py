@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from benchmarks import duplicate_thresholds
+from benchmarks import drift_thresholds, duplicate_thresholds
 
 
 def markdown_table(printed: str) -> tuple[list[str], list[list[str]]]:
@@ -55,3 +55,36 @@ def test_duplicate_thresholds_counts_the_added_copies(tiny_archive, capsys):
     assert by_case["copied unchanged"][0] == 120
     assert by_case["copied unchanged"][2] == pytest.approx(100 * 120 / 1320, abs=0.001)
     assert rows[1][4] == "yes"
+
+
+def test_drift_thresholds_tells_an_altered_copy_from_clean_draws(tiny_archive, capsys):
+    """Samples of 500 of the 1,200 images, two clean draws: one row per promised case, each
+    feature's distance a number in [0, 1] (JS divergence, L-infinity), and pixels x0.6 far
+    beyond the clean draws in brightness: the whole histogram moves. A size the archive cannot
+    give two disjoint samples of is refused, not measured on a short second sample."""
+    with pytest.raises(SystemExit, match="size 1,000 needs 2,000 images"):
+        drift_thresholds.main(["--data", str(tiny_archive), "--size", "1000"])
+    argv = ["--data", str(tiny_archive), "--size", "500", "--draws", "2"]
+    assert drift_thresholds.main(argv) == 0
+    header, rows = markdown_table(capsys.readouterr().out)
+    assert header[:3] == ["data", "images", "label"] and header[-1] == "stopped"
+    assert "brightness" in header and len(header) == 12  # the label and 9 image summaries
+    threshold, *rows = rows
+    assert threshold[0] == "threshold" and all(0 < number(c) <= 1 for c in threshold[2:-1])
+    assert [row[0] for row in rows] == [
+        "same distribution (2 draws)",
+        "pixels x0.6",
+        "pixels x1.3",
+        "mirrored",
+        "blurred (3x3 box)",
+        "JPEG quality 20",
+        "one class removed",
+        "80% of one class dropped",
+    ]
+    assert all(number(row[1]) == 500 and row[-1] in ("yes", "no") for row in rows)
+    distance = {row[0]: [number(c) for c in row[2:-1]] for row in rows}
+    assert all(0 <= d <= 1 for ds in distance.values() for d in ds)
+    brightness = header.index("brightness") - 2
+    clean, darker = distance["same distribution (2 draws)"], distance["pixels x0.6"]
+    assert darker[brightness] > max(clean[brightness], number(threshold[2 + brightness]))
+    assert rows[1][-1] == "yes"
