@@ -3,7 +3,7 @@ trains the next version on a clean span and on a faulty one: the measurement MAX
 (components/reference_images.py) is set from.
 
     python -m benchmarks.class_drop --data cifar-10-binary-train.tar.gz \
-        [--served 10000 --served 25000] [--span 4000] [--samples 3]
+        [--served 10000 --served 25000] [--span 4000] [--samples 3] [--epochs N]
 
 For each served size: the pipeline trains on the first N images of the (shuffled) archive as
 span 1 and pushes a version with its reference images. Then, for each case, a span 2 of
@@ -13,7 +13,8 @@ served model on the served version's reference images. Cases: `--samples` disjoi
 spans; cat and dog labels exchanged; 25% of labels replaced at random; images rotated 90
 degrees. Prints the largest fall of one class (served minus candidate accuracy) and the class,
 as a Markdown table. Candidates are never pushed (accuracy gate 1), so each one is judged
-against the same served version.
+against the same served version. `--epochs N` makes every `run` train N epochs, not the
+recipe's: a smoke test's, whose table measures nothing (it says so above the table).
 """
 
 from __future__ import annotations
@@ -29,7 +30,13 @@ import tempfile
 import numpy as np
 
 from benchmarks.bench_docs import measured_on
-from benchmarks.label_thresholds import CAT, DOG, served_spans_arguments, write_archive
+from benchmarks.label_thresholds import (
+    CAT,
+    DOG,
+    served_spans_arguments,
+    training_flags,
+    write_archive,
+)
 from components import reference_images
 from components.cifar10_example_gen import sources
 from components.contract import LABEL_NAMES, NUM_CLASSES, REFERENCE_CHECK_FILE
@@ -62,7 +69,14 @@ def _newest_check(out: str) -> dict:
         return json.load(handle)
 
 
-def measure(data: str, served_sizes: list[int], span: int, samples: int, seed: int) -> list:
+def measure(
+    data: str,
+    served_sizes: list[int],
+    span: int,
+    samples: int,
+    seed: int,
+    training: tuple[str, ...] = (),
+) -> list:
     arrays = sources.load_arrays(data, eval_fraction=0.1)
     images = np.concatenate([arrays["train"][0], arrays["eval"][0]])
     labels = np.concatenate([arrays["train"][1], arrays["eval"][1]])
@@ -77,7 +91,7 @@ def measure(data: str, served_sizes: list[int], span: int, samples: int, seed: i
             first = os.path.join(workdir, "data-0")
             os.makedirs(os.path.join(first, "span-1"))
             os.symlink(served, os.path.join(first, "span-1", "data.tar.gz"))
-            if _run(first, out, "--accuracy-gate", "0") != 0:
+            if _run(first, out, "--accuracy-gate", "0", *training) != 0:
                 raise SystemExit(f"the served model ({size:,} images) was not pushed")
             rng = np.random.default_rng(seed + size)
             chunks = [(f"clean {i + 1}", size + i * span, None) for i in range(samples)]
@@ -97,7 +111,9 @@ def measure(data: str, served_sizes: list[int], span: int, samples: int, seed: i
                 os.symlink(os.path.join(first, "span-1"), os.path.join(data_dir, "span-1"))
                 write_archive(os.path.join(data_dir, "span-2", "data.tar.gz"), given_images, given)
                 accept = ("--accept-labels", "--accept-drift", "--accept-duplicates")
-                status = _run(data_dir, out, "--warm-start", "--accuracy-gate", "1", *accept)
+                status = _run(
+                    data_dir, out, "--warm-start", "--accuracy-gate", "1", *accept, *training
+                )
                 if status != 4:  # not blessed: nothing pushed, the next case sees the same
                     raise SystemExit(f"case {name}: the run ended with exit status {status}")
                 check = _newest_check(out)
@@ -135,7 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     args = served_spans_arguments(parser, span=4000).parse_args(argv)
     print(measured_on())
-    rows = measure(args.data, args.served or [10000, 25000], args.span, args.samples, args.seed)
+    training = training_flags(args)
+    rows = measure(
+        args.data, args.served or [10000, 25000], args.span, args.samples, args.seed, training
+    )
     print(table(rows))
     return 0
 

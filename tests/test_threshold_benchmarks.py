@@ -9,7 +9,11 @@ import re
 
 import pytest
 
-from benchmarks import drift_thresholds, duplicate_thresholds
+from benchmarks import drift_thresholds, duplicate_thresholds, label_thresholds
+
+# Every `run` a pipeline-running benchmark starts trains one epoch: these check the table, not
+# the model, which on a few hundred images tells no fault from a clean span reliably.
+ONE_EPOCH = ["--epochs", "1"]
 
 
 def markdown_table(printed: str) -> tuple[list[str], list[list[str]]]:
@@ -88,3 +92,35 @@ def test_drift_thresholds_tells_an_altered_copy_from_clean_draws(tiny_archive, c
     clean, darker = distance["same distribution (2 draws)"], distance["pixels x0.6"]
     assert darker[brightness] > max(clean[brightness], number(threshold[2 + brightness]))
     assert rows[1][-1] == "yes"
+
+
+@pytest.mark.integration
+def test_label_thresholds_judges_every_case_with_the_served_version(tiny_archive, capsys):
+    """A version the pipeline trained on 600 images (one epoch), one clean span and the faults
+    on spans of 200 it never saw. A one-epoch model on 600 images separates nothing reliably,
+    so only what holds by construction is checked: one row per case, rates in their ranges,
+    the noise excess the estimate minus the reference's, and no shift statistic (the served
+    eval split's 60 images are fewer than drift.MIN_SHIFT_SAMPLE)."""
+    argv = ["--data", str(tiny_archive), "--served", "600", "--span", "200", "--samples", "1"]
+    assert label_thresholds.main([*argv, *ONE_EPOCH]) == 0
+    printed = capsys.readouterr().out
+    assert "every run trained 1 epochs (--epochs), not the recipe's" in printed
+    header, rows = markdown_table(printed)
+    assert header[:3] == ["served images (eval acc.)", "span", "data"]
+    assert header[3:] == [
+        "exchange excess", "noise est. (reference)", "noise excess", "shift (KS)",
+        "embeddings (MMD)", "stopped", "scoring s",
+    ]  # fmt: skip
+    assert [row[2] for row in rows] == [
+        "clean 1", "cat and dog exchanged", "10% of labels random", "25% of labels random",
+        "rotated 90 degrees", "upside down", "mirrored (left-right)", "BGR channel order",
+        "grey", "red channel dropped", "Gaussian noise, sigma 12",
+    ]  # fmt: skip
+    for served, span, _, exchange, noise, excess, shift, mmd, stopped, seconds in rows:
+        accuracy = re.fullmatch(r"600 \((.+)\)", served).group(1)
+        assert 0 <= number(accuracy) <= 100 and number(span) == 200
+        assert -1 <= number(exchange) <= 1
+        estimate, reference = re.fullmatch(r"(\S+) \((\S+)\)", noise).groups()
+        assert 0 <= number(estimate) <= 1 and 0 <= number(reference) <= 1
+        assert number(excess) == pytest.approx(number(estimate) - number(reference), abs=2e-3)
+        assert shift == mmd == "n/a" and stopped in ("yes", "no") and number(seconds) >= 0
