@@ -9,7 +9,11 @@ import re
 
 import pytest
 
-from benchmarks import drift_thresholds, duplicate_thresholds, label_thresholds
+from benchmarks import class_drop, drift_thresholds, duplicate_thresholds, label_thresholds
+from components import reference_images
+from components.contract import LABEL_NAMES
+
+import cifar_fixtures as fx
 
 # Every `run` a pipeline-running benchmark starts trains one epoch: these check the table, not
 # the model, which on a few hundred images tells no fault from a clean span reliably.
@@ -124,3 +128,33 @@ def test_label_thresholds_judges_every_case_with_the_served_version(tiny_archive
         assert 0 <= number(estimate) <= 1 and 0 <= number(reference) <= 1
         assert number(excess) == pytest.approx(number(estimate) - number(reference), abs=2e-3)
         assert shift == mmd == "n/a" and stopped in ("yes", "no") and number(seconds) >= 0
+
+
+@pytest.mark.integration
+def test_class_drop_scores_every_candidate_against_the_served_version(tmp_path, capsys):
+    """A version trained on 2,400 images (one epoch: its 240 eval images give a class the 20
+    reference images a fall is measured on), then a one-epoch `run --warm-start` per case on
+    a span of 640 it never saw (the Trainer needs a global batch of 512 training images). A
+    one-epoch model separates nothing reliably, so only what holds by construction is
+    checked: one row per case, falls in points within +-100, a class name, and `blocked`
+    exactly where the fall passes the margin."""
+    archive = fx.binary_archive(tmp_path / "cifar.tar.gz", batches=2, per_class=250)
+    argv = ["--data", str(archive), "--served", "2400", "--span", "640", "--samples", "1"]
+    assert class_drop.main([*argv, *ONE_EPOCH]) == 0
+    printed = capsys.readouterr().out
+    assert "every run trained 1 epochs (--epochs), not the recipe's" in printed
+    header, rows = markdown_table(printed)
+    assert header == [
+        "served images", "span", "candidate trained on", "reference images",
+        "largest class fall", "class", "blocked",
+    ]  # fmt: skip
+    assert [row[2] for row in rows] == [
+        "clean 1", "cat and dog exchanged", "25% of labels random", "rotated 90 degrees",
+    ]  # fmt: skip
+    for served, span, _, images, fall, label, blocked in rows:
+        assert number(served) == 2400 and number(span) == 640
+        assert 0 < number(images) <= 2400 and -100 <= number(fall) <= 100
+        assert fall.endswith(" points") and label in LABEL_NAMES
+        margin = 100 * reference_images.MAX_CLASS_DROP
+        if abs(number(fall) - margin) > 0.05:  # the cell is rounded to 0.1 points
+            assert blocked == ("yes" if number(fall) > margin else "no")
