@@ -1,15 +1,17 @@
 """What "the same distribution" looks like to TFDV's comparators on CIFAR-10, against altered
 copies: the measurement the schema's skew and drift thresholds are set from.
 
-    python -m benchmarks.drift_thresholds --data cifar-10-binary-train.tar.gz [--draws 20]
+    python -m benchmarks.drift_thresholds --data cifar-10-binary-train.tar.gz [--draws 20] \
+        [--size 1000 --size 25000]
 
-For each size (1,000, 5,000 and 25,000 images): disjoint random samples of the training set
-compared with each other (`--draws` times), and altered copies of a sample (pixels x0.6 and
-x1.3, mirrored, blurred, JPEG quality 20, one class removed, 80% of one class dropped)
-compared with a disjoint sample. Distances are TFDV's own (`validate_statistics` with the
-curated schema's comparators, thresholds read back from `drift_skew_info`): Jensen-Shannon
-divergence for the image summaries, L-infinity for the label. Prints a Markdown table and,
-with --json, every distance.
+For each size (`--size`, default 1,000, 5,000 and 25,000 images; the archive must hold twice
+the largest): disjoint random samples of the training set compared with each other
+(`--draws` times), and altered copies of a sample (pixels x0.6 and x1.3, mirrored, blurred,
+JPEG quality 20, one class removed, 80% of one class dropped) compared with a disjoint sample.
+Distances are TFDV's own (`validate_statistics` with the curated schema's comparators,
+thresholds read back from `drift_skew_info`): Jensen-Shannon divergence for the image
+summaries, L-infinity for the label. Prints a Markdown table and, with --json, every
+distance.
 """
 
 from __future__ import annotations
@@ -106,14 +108,17 @@ def study_schema():
     return schema
 
 
-def measure(data: str, draws: int, seed: int) -> dict:
+def measure(data: str, draws: int, seed: int, sizes=SIZES) -> dict:
     arrays = sources.load_arrays(data, eval_fraction=0.1)
     images = np.concatenate([arrays["train"][0], arrays["eval"][0]])
     labels = np.concatenate([arrays["train"][1], arrays["eval"][1]])
+    needed = 2 * max(sizes)  # two disjoint samples; fewer would leave the second one short
+    if needed > len(labels):
+        raise SystemExit(f"size {max(sizes):,} needs {needed:,} images; {data} has {len(labels):,}")
     schema = study_schema()
     rng = np.random.default_rng(seed)
     rows: dict[str, dict[int, list[dict[str, float]]]] = {}
-    for size in SIZES:
+    for size in sizes:
         for draw in range(draws):
             order = rng.permutation(len(labels))
             a, b = order[:size], order[size : 2 * size]
@@ -171,9 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", required=True)
     parser.add_argument("--draws", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--size", type=int, action="append", help="default: 1000, 5000, 25000")
     parser.add_argument("--json", help="also write every distance here")
     args = parser.parse_args(argv)
-    result = measure(args.data, args.draws, args.seed)
+    result = measure(args.data, args.draws, args.seed, args.size or SIZES)
     if args.json:
         with open(args.json, "w") as out:
             json.dump(result, out, indent=1)

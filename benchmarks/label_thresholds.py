@@ -2,7 +2,8 @@
 measurement EXCHANGE_MARGIN and NOISE_MARGIN (components/label_agreement.py) are set from.
 
     python -m benchmarks.label_thresholds --data cifar-10-binary-train.tar.gz \
-        [--served 10000 --served 25000] [--span 3000] [--samples 3] [--warm-start 4000]
+        [--served 10000 --served 25000] [--span 3000] [--samples 3] [--warm-start 4000] \
+        [--epochs N]
 
 For each served size: the pipeline (`cifar10-pipeline run`, default recipe, no gate) trains
 on the first N images of the archive and pushes a version with its label reference; then
@@ -14,7 +15,9 @@ exchange excess over all class pairs (the smaller of its two directions, minus t
 reference), the noise estimate's excess over the reference's, the representation shift (the
 largest per-class Kolmogorov-Smirnov statistic of the class probabilities against the eval
 split's) and the embeddings' maximum mean discrepancy against the eval split's sample
-(components/drift.py); a row stops the run when one is beyond its margin.
+(components/drift.py); a row stops the run when one is beyond its margin. `--epochs N` makes
+every `run` train N epochs, not the recipe's: a smoke test's, whose table measures nothing
+(it says so above the table).
 """
 
 from __future__ import annotations
@@ -56,13 +59,16 @@ def write_archive(path: str, images: np.ndarray, labels: np.ndarray) -> str:
     return path
 
 
-def _served_version(images, labels, workdir: str, warm_start: int = 0) -> str:
-    """Trains and pushes with the pipeline; returns the pushed version's folder. With
-    `warm_start` N, the last N images are a second span the nightly command
-    (`run --warm-start`) fine-tunes the first version on, and that version is returned."""
+def _served_version(
+    images, labels, workdir: str, warm_start: int = 0, training: tuple[str, ...] = ()
+) -> str:
+    """Trains and pushes with the pipeline (`training`: more `run` flags); returns the pushed
+    version's folder. With `warm_start` N, the last N images are a second span the nightly
+    command (`run --warm-start`) fine-tunes the first version on, and that version is
+    returned."""
     out = os.path.join(workdir, "run")
     command = [sys.executable, "-m", "pipeline.cli", "run", "--output-dir", out, "--no-cache"]
-    command += ["--accuracy-gate", "0"]
+    command += ["--accuracy-gate", "0", *training]
     if not warm_start:
         archive = write_archive(os.path.join(workdir, "served.tar.gz"), images, labels)
         subprocess.run([*command, "--data", archive], check=True, stdout=subprocess.DEVNULL)
@@ -120,7 +126,13 @@ def _faults(labels: np.ndarray, rng) -> dict[str, np.ndarray]:
 
 
 def measure(
-    data: str, served_sizes: list[int], span: int, samples: int, seed: int, warm_start: int = 0
+    data: str,
+    served_sizes: list[int],
+    span: int,
+    samples: int,
+    seed: int,
+    warm_start: int = 0,
+    training: tuple[str, ...] = (),
 ) -> list:
     arrays = sources.load_arrays(data, eval_fraction=0.1)
     images = np.concatenate([arrays["train"][0], arrays["eval"][0]])
@@ -132,7 +144,7 @@ def measure(
         with tempfile.TemporaryDirectory() as workdir:
             started = time.time()
             used = size + warm_start
-            version = _served_version(images[:used], labels[:used], workdir, warm_start)
+            version = _served_version(images[:used], labels[:used], workdir, warm_start, training)
             trained = time.time() - started
             with open(os.path.join(version, label_agreement.REFERENCE_FILE)) as handle:
                 served = label_agreement.Reference.from_json(handle.read())
@@ -210,7 +222,19 @@ def served_spans_arguments(parser: argparse.ArgumentParser, span: int) -> argpar
     parser.add_argument("--span", type=int, default=span)
     parser.add_argument("--samples", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--epochs", type=int, help="every `run` trains N epochs (default: the recipe's)"
+    )
     return parser
+
+
+def training_flags(args: argparse.Namespace) -> tuple[str, ...]:
+    """The `run` flags `--epochs` stands for, and the line that says the table measures
+    nothing then (printed above it)."""
+    if args.epochs is None:
+        return ()
+    print(f"every run trained {args.epochs} epochs (--epochs), not the recipe's: a smoke test")
+    return ("--epochs", str(args.epochs))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         args.samples,
         args.seed,
         args.warm_start,
+        training_flags(args),
     )
     print(table(rows))
     return 0
