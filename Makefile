@@ -38,7 +38,7 @@ export CIFAR10_DATA := $(abspath $(SHARED_DATA))
 endif
 endif
 
-.PHONY: run test test-unit test-multi-worker test-kfp-local test-s3 test-current-stack lint bench lock setup setup-kfp local-kfp clean
+.PHONY: run test test-unit test-multi-worker test-kfp-local test-s3 test-benchmarks test-current-stack lint bench lock setup setup-kfp local-kfp clean
 
 setup: $(STAMP)
 
@@ -82,7 +82,7 @@ local-kfp: $(STAMP) $(KFP_STAMP)
 
 # The tests with targets of their own (test-multi-worker, test-kfp-local, test-s3), left out
 # of both.
-OWN_TARGETS := not multi_worker and not kfp_local_run and not s3_store
+OWN_TARGETS := not multi_worker and not kfp_local_run and not s3_store and not benchmark_smoke
 
 test: lint $(KFP_STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "$(OWN_TARGETS)" $(ARGS)
@@ -102,6 +102,11 @@ test-kfp-local: $(STAMP) $(KFP_STAMP)
 # `make test-kfp-local`.
 test-s3: $(STAMP) $(KFP_STAMP)
 	$(PY) -m pytest -m s3_store $(ARGS)
+
+# The benchmarks that run the pipeline (label_thresholds, class_drop) end to end on tiny data,
+# one epoch per run: seven pipeline runs, about 5 minutes on 2 cores. .ci/run calls it.
+test-benchmarks: $(STAMP)
+	$(PY) -m pytest -m benchmark_smoke $(ARGS)
 
 # `run --workers 2` with a worker killed mid-training (about 6 minutes on 2 cores: two
 # training processes, each started twice). .ci/run calls it after `make test`.

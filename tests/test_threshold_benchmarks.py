@@ -98,7 +98,7 @@ def test_drift_thresholds_tells_an_altered_copy_from_clean_draws(tiny_archive, c
     assert rows[1][-1] == "yes"
 
 
-@pytest.mark.integration
+@pytest.mark.benchmark_smoke
 def test_label_thresholds_judges_every_case_with_the_served_version(tiny_archive, capsys):
     """A version the pipeline trained on 600 images (one epoch), one clean span and the faults
     on spans of 200 it never saw. A one-epoch model on 600 images separates nothing reliably,
@@ -130,7 +130,7 @@ def test_label_thresholds_judges_every_case_with_the_served_version(tiny_archive
         assert shift == mmd == "n/a" and stopped in ("yes", "no") and number(seconds) >= 0
 
 
-@pytest.mark.integration
+@pytest.mark.benchmark_smoke
 def test_class_drop_scores_every_candidate_against_the_served_version(tmp_path, capsys):
     """A version trained on 2,400 images (one epoch: its 240 eval images give a class the 20
     reference images a fall is measured on), then a one-epoch `run --warm-start` per case on
