@@ -455,6 +455,8 @@ def test_submit_sets_the_span_choice_of_this_run(compiled, fake_kfp, capsys):
     assert "--parameter 'spans=2': not KEY=VALUE of a parameter (force, span, span_window)" in (
         capsys.readouterr().err
     )
+    assert cli.main([*args, "--parameter", "span=abc"]) == 2  # once "'abc' is not a int"
+    assert "--parameter span: 'abc' is not a whole number" in capsys.readouterr().err
     assert _FakeKfp.requests == []
 
 

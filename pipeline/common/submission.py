@@ -44,6 +44,7 @@ def listed_parameters(parameters: dict[str, Any]) -> str:
 
 
 _PARAMETER_TYPES = {"NUMBER_INTEGER": int, "NUMBER_DOUBLE": float, "STRING": str}
+_TYPE_WORDS = {int: "a whole number", float: "a number", str: "a string"}
 
 
 def run_parameters(spec: dict[str, Any], given: list[str]) -> dict[str, Any]:
@@ -61,5 +62,5 @@ def run_parameters(spec: dict[str, Any], given: list[str]) -> dict[str, Any]:
         try:
             values[key] = kind(text)
         except ValueError as err:
-            raise SubmitError(f"--parameter {key}: '{text}' is not a {kind.__name__}") from err
+            raise SubmitError(f"--parameter {key}: '{text}' is not {_TYPE_WORDS[kind]}") from err
     return values
