@@ -60,12 +60,13 @@ def write_tar(path: Path, members: dict[str, bytes]) -> Path:
 
 
 def binary_archive(
-    path: Path, batches: int = 2, per_class: int = 10, with_test: bool = False
+    path: Path, batches: int = 2, per_class: int = 10, with_test: bool = False, seed: int = 0
 ) -> Path:
+    """A binary release; another `seed` draws other images (new data, same distribution)."""
     members = {"cifar-10-batches-bin/batches.meta.txt": "\n".join(LABEL_NAMES).encode()}
     for b in range(1, batches + 1):
         members[f"cifar-10-batches-bin/data_batch_{b}.bin"] = binary_batch(
-            balanced_labels(per_class, seed=b), seed=b
+            balanced_labels(per_class, seed=b + seed), seed=b + 1000 * seed
         )
     if with_test:
         members["cifar-10-batches-bin/test_batch.bin"] = binary_batch(

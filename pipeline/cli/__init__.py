@@ -17,7 +17,7 @@ from pathlib import Path
 
 from components import object_store
 from pipeline.cli import compile as compile_command
-from pipeline.cli import local_kfp, predict, report, rollback, run, status, submit
+from pipeline.cli import gc, local_kfp, predict, report, rollback, run, status, submit
 from pipeline.common import exit_status, library_log
 
 # Commands whose libraries' console output (TensorFlow's C++ start-up errors, TFX and absl
@@ -33,6 +33,7 @@ LIBRARY_OUTPUT_TO_LOG = {
     "report": logging.WARNING,
     "rollback": logging.WARNING,
     "status": logging.WARNING,
+    "gc": logging.WARNING,
 }
 
 
@@ -48,7 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    for command in (run, compile_command, submit, local_kfp, report, predict, rollback, status):
+    commands_in_order = (
+        run, compile_command, submit, local_kfp, report, predict, rollback, status, gc,
+    )  # fmt: skip
+    for command in commands_in_order:
         command.add_parser(commands)
     for name in LIBRARY_OUTPUT_TO_LOG:
         commands.choices[name].add_argument(

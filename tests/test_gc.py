@@ -1,0 +1,72 @@
+"""`cifar10-pipeline gc`: a run folder's old artifacts that no kept version needs are removed
+and marked DELETED in ML Metadata, so the cache never hands a removed one to a later run;
+the served version's lineage stays whole; --dry-run lists and removes nothing."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+import cifar_fixtures as fx
+from conftest import FAST_TRAINING, cli
+
+
+def _artifacts(out: Path) -> dict[int, tuple[str, int]]:
+    """{artifact id: (uri, state)} of the run folder's store."""
+    from tfx.orchestration import metadata
+
+    config = metadata.sqlite_metadata_connection_config(str(out / "metadata.sqlite"))
+    with metadata.Metadata(config) as handle:
+        return {a.id: (a.uri, a.state) for a in handle.store.get_artifacts()}
+
+
+@pytest.mark.parametrize("flags, problem", [
+    (["--older-than", "-1"], "must be 0 or more days"),
+    (["--older-than", "soon"], "not a number of days"),
+])  # fmt: skip
+def test_bad_input_is_refused(tmp_path, capsys, flags, problem):
+    from pipeline import cli as main_cli
+
+    with pytest.raises(SystemExit) as refused:
+        main_cli.main(["gc", "--output-dir", str(tmp_path), *flags])
+    assert refused.value.code == 2 and problem in capsys.readouterr().err
+
+
+def test_a_folder_without_a_store_is_one_line(tmp_path):
+    done = cli("gc", "--output-dir", tmp_path, "--older-than", "0")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"error: {tmp_path / 'metadata.sqlite'}: no ML Metadata store; is {tmp_path} a run folder?"
+    )
+
+
+@pytest.mark.integration
+def test_old_artifacts_no_kept_version_needs_are_removed_and_marked(tiny_archive, tmp_path):
+    out = tmp_path / "out"
+    pushed = cli("run", "--data", tiny_archive, "--output-dir", out, "--accuracy-gate", "0",
+                 *FAST_TRAINING)  # fmt: skip
+    assert pushed.returncode == 0, pushed.stderr[-2000:]
+    kept = {i for i, (uri, _) in _artifacts(out).items() if uri}
+    # a night the gate stops (darker images drift): its artifacts feed no version
+    other = fx.scaled_archive(tmp_path / "other.tar.gz", 0.5, per_class=60)
+    refused = cli("run", "--data", other, "--output-dir", out, *FAST_TRAINING)
+    assert refused.returncode == 3, refused.stderr[-2000:]
+    before = _artifacts(out)
+    unneeded = {i for i in before if i not in kept and before[i][0]}
+    assert unneeded  # the stopped run's own examples, statistics, verdict...
+
+    listed = cli("gc", "--output-dir", out, "--older-than", "0", "--dry-run")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.count("would remove  artifacts/") == len(unneeded)
+    assert _artifacts(out) == before and all(os.path.exists(before[i][0]) for i in unneeded)
+
+    assert "removed 0 artifacts" in cli("gc", "--output-dir", out, "--older-than", "1").stdout
+    done = cli("gc", "--output-dir", out, "--older-than", "0")
+    assert done.returncode == 0 and f"removed {len(unneeded)} artifacts" in done.stdout
+    after = _artifacts(out)
+    for i in unneeded:
+        assert after[i][1] == 4 and not os.path.exists(after[i][0])  # 4: Artifact.DELETED
+    for i in kept:  # the served version's lineage, whole
+        assert after[i][1] == before[i][1] and os.path.exists(after[i][0])
+    again = cli("run", "--data", other, "--output-dir", out, *FAST_TRAINING)
+    assert again.returncode == 3, again.stderr[-2000:]  # recomputed, not read from the removed
