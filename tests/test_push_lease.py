@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import cifar_fixtures as fx
 import fake_gcs
 import seaweed
 
@@ -258,3 +259,87 @@ def test_the_lease_protocols_cost_per_push(store):
     print(f"lease protocol per push on {store[0].split(':')[0]}: {min(took):.3f} s")
     record = json.loads(lease.store_for(f"{store[0]}/.push.lock").read()[0])
     assert record["released"] and record["last_version"] >= int(time.time()) - 60
+
+
+PUBLISH = r"""
+import os, signal, sys
+from components import object_store
+from components.atomic_pusher import executor as pusher, lock
+life = float(os.environ["LEASE_SECONDS"])
+try:
+    from components.atomic_pusher import lease
+    lease.LEASE_SECONDS, lease.POLL_SECONDS = life, 0.05
+except ImportError:  # the code before the fenced lease: its own knobs
+    lock.LEASE_SECONDS, lock.SETTLE_SECONDS, lock.POLL_SECONDS = life, 0.2, 0.05
+model, base, stall = sys.argv[1:4]
+object_store.enable(base)  # what a step's entry point does (components/s3_entrypoint.py)
+real_move, moved = object_store.move_file, []
+def move(source, target):
+    real_move(source, target)
+    moved.append(target)
+    if len(moved) == 1 and stall != "no":
+        print("STALLED", target.rsplit("/", 2)[-2], flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP if stall == "stop" else signal.SIGKILL)
+object_store.move_file = move
+try:
+    print("PUSHED", pusher.publish_version(model, base)[1], flush=True)
+except pusher.ServedVersionChanged as err:
+    print("LOST", err, flush=True)
+    os._exit(3)
+os._exit(0)
+"""
+
+
+def _publish(store, model: str, stall: str = "no") -> subprocess.Popen:
+    base, env = store
+    return subprocess.Popen(
+        [sys.executable, "-c", PUBLISH, model, base, stall],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env, "PYTHONPATH": REPO, "CUDA_VISIBLE_DEVICES": ""},
+        cwd=REPO,
+    )
+
+
+def _model_files(model: str) -> dict[str, bytes]:
+    from components.atomic_pusher.executor import SOURCE_FILE
+
+    return {**fx.files_under(model), SOURCE_FILE: model.encode()}
+
+
+@pytest.mark.s3_store
+@pytest.mark.parametrize("stall", ["stop", "kill"])
+def test_the_pusher_itself_on_s3_after_a_holder_stalled_or_died_mid_move(
+    stall, s3_server, tmp_path, monkeypatch
+):
+    """The Pusher's own commit (publish_version, files moved through the S3 API) in real
+    processes: the first is stopped (SIGSTOP) or killed after moving one file; the next
+    push takes the lease over, removes the first's staging and half version, and commits
+    its model whole. A stopped first push, woken, commits nothing (PushLeaseLost). Left in
+    the serving folder: the next push's version and the lease object only."""
+    store = (
+        f"s3://{s3_server.bucket}/pusher-{uuid.uuid4().hex[:8]}",
+        {**s3_server.env(), "LEASE_SECONDS": str(LEASE_SECONDS)},
+    )
+    for name, value in store[1].items():
+        monkeypatch.setenv(name, value)
+    first_model, next_model = (
+        fx.fake_saved_model(tmp_path, "first"),
+        fx.fake_saved_model(tmp_path, "next"),
+    )
+    first = _publish(store, first_model, stall)
+    (half,) = _numbers("".join(_wait_for(first, "STALLED")), "STALLED")
+    following = _publish(store, next_model)
+    out, err = following.communicate(timeout=300)
+    assert following.returncode == 0, err[-3000:]
+    (number,) = _numbers(out, "PUSHED")
+    if stall == "stop":
+        os.kill(first.pid, signal.SIGCONT)
+    late_out, late_err = first.communicate(timeout=300)
+    left = Objects(store[0]).read_all()
+    mine = {n[len(f"{number}/") :]: v for n, v in left.items() if n.startswith(f"{number}/")}
+    assert mine == _model_files(next_model) and number > half
+    assert sorted(left) == sorted(f"{number}/{n}" for n in mine), sorted(left)
+    if stall == "stop":
+        assert first.returncode == 3 and "lost the push lease" in late_out, late_err[-3000:]
