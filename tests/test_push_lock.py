@@ -1,7 +1,7 @@
-"""The serving folder's push lock: one holder at a time, on local paths (flock) and on
-remote ones (the best-effort lease object, exercised for real on TensorFlow's ram://)."""
+"""The serving folder's push lock on local paths (flock): one holder at a time, refused on
+network and FUSE mounts, and on stores without conditional creates. The fenced lease on
+gs:// and s3:// against real servers: tests/test_push_lease.py."""
 
-import json
 import threading
 import time
 import uuid
@@ -9,16 +9,12 @@ import uuid
 import pytest
 from tfx.dsl.io import fileio
 
-from components.atomic_pusher import lock
+from components.atomic_pusher import lease, lock
 
 
-@pytest.fixture(params=["local", "remote"])
-def base(request, tmp_path, monkeypatch):
-    if request.param == "local":
-        return str(tmp_path / "serving")
-    monkeypatch.setattr(lock, "SETTLE_SECONDS", 0.05)
-    monkeypatch.setattr(lock, "POLL_SECONDS", 0.01)
-    return f"ram://push-lock-{uuid.uuid4().hex}/serving"
+@pytest.fixture
+def base(tmp_path):
+    return str(tmp_path / "serving")
 
 
 def _holders_at_most_one(base, threads=4, rounds=5):
@@ -64,16 +60,52 @@ def test_waiting_past_the_timeout_is_a_clear_error(base):
         pass
 
 
-def test_the_remote_lease_is_deleted_on_release_and_taken_over_once_expired(monkeypatch):
-    monkeypatch.setattr(lock, "SETTLE_SECONDS", 0.05)
-    base = f"ram://push-lock-{uuid.uuid4().hex}/serving"
+MOUNTS = """\
+/dev/vda / ext4 rw 0 0
+s3fs /mnt/bucket fuse.s3fs rw,nosuid 0 0
+server:/export /mnt/nfs nfs4 rw 0 0
+/dev/vdb /mnt/bucket/local ext4 rw 0 0
+//host/share /mnt/my\\040share cifs rw 0 0
+"""
+
+
+@pytest.mark.parametrize(
+    "path, kind",
+    [
+        ("/srv/serving", "ext4"),
+        ("/mnt/bucket/serving", "fuse.s3fs"),
+        ("/mnt/bucketeer/serving", "ext4"),  # a longer name is not under /mnt/bucket
+        ("/mnt/nfs", "nfs4"),
+        ("/mnt/bucket/local/serving", "ext4"),  # the innermost mount counts
+        ("/mnt/my share/serving", "cifs"),
+    ],
+)
+def test_the_mount_type_is_the_innermost_mounts(tmp_path, path, kind):
+    mounts = tmp_path / "mounts"
+    mounts.write_text(MOUNTS)
+    assert lock.mount_type(path, str(mounts)) == kind
+
+
+@pytest.mark.parametrize("path", ["/mnt/bucket/serving", "/mnt/nfs/s", "/mnt/my share/s"])
+def test_a_serving_folder_on_a_network_mount_is_refused_naming_the_bucket_url(tmp_path, path):
+    mounts = tmp_path / "mounts"
+    mounts.write_text(MOUNTS)
+    with pytest.raises(lease.UnsafeStore, match=r"mount, .* \(gs://BUCKET/PATH or s3://"):
+        lock.refuse_network_mount(path, str(mounts))
+    lock.refuse_network_mount("/srv/serving", str(mounts))  # a local disk: no error
+
+
+def test_the_lock_itself_refuses_a_network_mount(base, tmp_path, monkeypatch):
     fileio.makedirs(base)
-    path = f"{base}/{lock.LOCK_NAME}"
-    with lock.push_lock(base), fileio.open(path, "r") as handle:
-        assert json.loads(handle.read())["expires"] > time.time()
-    assert not fileio.exists(path)
-    with fileio.open(path, "w") as handle:  # a dead holder's lease, expired
-        handle.write(json.dumps({"owner": "dead", "expires": time.time() - 1}))
-    with lock.push_lock(base, timeout=1):
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"/dev/vda / ext4 rw 0 0\nfuse {tmp_path} fuse.gcsfuse rw 0 0\n")
+    monkeypatch.setattr(lock, "MOUNTS", str(mounts))
+    with pytest.raises(lease.UnsafeStore, match="fuse.gcsfuse mount"), lock.push_lock(base):
         pass
-    assert not fileio.exists(path)
+
+
+def test_a_scheme_without_conditional_creates_is_refused():
+    base = f"ram://push-lock-{uuid.uuid4().hex}/serving"
+    refused = pytest.raises(lease.UnsafeStore, match="ram:// cannot create an object only if")
+    with refused, lock.push_lock(base):
+        pass

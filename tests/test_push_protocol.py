@@ -70,9 +70,9 @@ def _record_commits(monkeypatch):
     """The versions in the order their moves into place began (the commit order)."""
     order, real_move = [], pusher.move_into_place
 
-    def move(staging, final):
+    def move(staging, final, **check):
         order.append(os.path.basename(final))
-        return real_move(staging, final)
+        return real_move(staging, final, **check)
 
     monkeypatch.setattr(pusher, "move_into_place", move)
     return order
@@ -110,10 +110,10 @@ real_copy, real_move = pusher.copy_to_staging, pusher.move_into_place
 def slow_copy(*args):  # both stay in their copies a while: they overlap
     time.sleep(0.5)
     return real_copy(*args)
-def move(staging, final):
+def move(staging, final, **check):
     with open(log, "a") as handle:
         handle.write(f"{time.time_ns()} {os.path.basename(final)} {me}\\n")
-    return real_move(staging, final)
+    return real_move(staging, final, **check)
 pusher.copy_to_staging, pusher.move_into_place = slow_copy, move
 open(os.path.join(ready, me), "w").close()
 deadline = time.time() + 120
@@ -372,40 +372,12 @@ def test_real_saved_models_pushed_at_once_each_load_from_their_version(tmp_path)
         assert float(tf.saved_model.load(path).predict()) == 2.0 * value
 
 
-def test_pushes_at_once_to_an_object_store_path(tmp_path, monkeypatch):
-    """The remote branch for real, on TensorFlow's in-memory ram:// filesystem: the lease
-    object as the lock, LEASE files written through tf.io.gfile."""
-    import tensorflow as tf
+def test_a_store_without_conditional_creates_is_refused_with_one_line(tmp_path):
+    """ram:// (like any scheme but gs:// and s3://) cannot create an object only if absent:
+    two pushes could both commit, so the push is refused, nothing is moved in."""
+    from components.atomic_pusher import lease
 
-    from components.atomic_pusher import lock
-
-    monkeypatch.setattr(lock, "SETTLE_SECONDS", 0.05)
     base = f"ram://push-{uuid.uuid4().hex}/serving"
-    models = {name: _model(tmp_path, name) for name in ("one", "two")}
-    both_staging, real_copy = threading.Barrier(2, timeout=60), pusher.copy_to_staging
-
-    def copy_together(*args):
-        both_staging.wait()
-        return real_copy(*args)
-
-    monkeypatch.setattr(pusher, "copy_to_staging", copy_together)
-    results = {}
-    _run_threads(
-        *(
-            lambda name=name: results.update({name: pusher.publish_version(models[name], base)})
-            for name in models
-        )
-    )
-    assert sorted(served_versions.complete_versions(base)) == sorted(
-        version for _, version, _ in results.values()
-    )
-    for name, (path, _, is_new) in results.items():
-        pushed = {
-            os.path.relpath(os.path.join(root, n), path): tf.io.gfile.GFile(
-                os.path.join(root, n), "rb"
-            ).read()
-            for root, _, names in tf.io.gfile.walk(path)
-            for n in names
-        }
-        assert is_new and pushed == _expected(models[name])
-    assert sorted(tf.io.gfile.listdir(base)) == sorted(served_versions.complete_versions(base))
+    with pytest.raises(lease.UnsafeStore, match=r"^ram://.*cannot create an object only if"):
+        pusher.publish_version(_model(tmp_path, "model"), base)
+    assert served_versions.complete_versions(base) == []

@@ -8,14 +8,17 @@ which is the newest: components/served_versions.py):
 1. Stage: copy the model, PUSHED_FROM (the model's path) and the kept files (statistics,
    spans record, training-image index) into `<base>/.staging-<uuid4 hex>/`, whose LEASE is
    written first.
-2. Commit, under the serving folder's push lock (`<base>/.push.lock`): remove numbered
-   folders without saved_model.pb (commits that died midway: commits happen under the lock);
+2. Commit, under the serving folder's push lock (`<base>/.push.lock`): remove the staging
+   folders of earlier commits (marked COMMIT: ended, died or lost the lock), then numbered
+   folders without saved_model.pb (commits that died or lost the lock midway);
    if the newest complete version's PUSHED_FROM names this model, it is already served
    (a retry adds no version); else if that version is not the one the run read at its start
    (`expected_served`: the ServedState step's output), raise ServedVersionChanged; else
-   number the version max(unix seconds, highest numbered folder + 1), chosen now, so a
-   later commit is always higher, and move the staged files in one by one, saved_model.pb
-   last: each file move is
+   number the version max(unix seconds, highest numbered folder + 1, on object stores also
+   every number reserved under the lock before + 1), chosen now, so a later commit is
+   always higher, mark the staging COMMIT, and move the staged files in one by one,
+   saved_model.pb last, after checking the lock is still held (PushLeaseLost, a
+   ServedVersionChanged, when it is not: nothing committed): each file move is
    atomic on a local disk and on object stores (one object), a folder move is not on GCS,
    and TF Serving loads a version only once its saved_model.pb exists.
 3. The staging folder is removed, whether the push committed or failed. Staging folders of
@@ -26,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 from absl import logging
 from tfx.components.pusher import executor as pusher_executor
@@ -37,10 +39,13 @@ from tfx.utils import io_utils
 from components import object_store, served_versions
 from components.atomic_pusher.lock import push_lock
 from components.atomic_pusher.staging import (  # noqa: F401 - STAGING_PREFIX, DEAD_AFTER_SECONDS: named here too
+    COMMIT_FILE,
     DEAD_AFTER_SECONDS,
     LEASE_FILE,
     STAGING_PREFIX,
+    clear_committing,
     clear_dead_staging,
+    mark_committing,
     remove_tree,
     staging_folder,
 )
@@ -55,7 +60,7 @@ from components.contract import (
     pack_digests,
     unpack_digests,
 )
-from components.served_versions import ServedVersionChanged
+from components.served_versions import PushLeaseLost, ServedVersionChanged
 from components.tfx_files import statistics_file
 
 BASE_DIRECTORY_KEY = "base_directory"
@@ -73,15 +78,16 @@ class _Any:
 ANY = _Any()  # expected_served for callers that do not know what was served: no check
 
 
-def _next_version(base_directory: str) -> str:
-    """Unix seconds, bumped past any numbered folder so versions only increase."""
-    existing = [int(n) for n in served_versions.listdir(base_directory) if n.isdigit()]
-    return str(max([int(time.time())] + [v + 1 for v in existing]))
+def _highest_version(base_directory: str) -> int:
+    """The highest numbered folder (0 when none): the push lock's holder numbers past it."""
+    return max((int(n) for n in served_versions.listdir(base_directory) if n.isdigit()), default=0)
 
 
 def _remove_dead_commits(base_directory: str) -> None:
     """Under the push lock only: a numbered folder without saved_model.pb is a commit that
-    died midway (nothing in it can be served)."""
+    died or lost the lock midway (nothing in it can be served); its staging goes first, so
+    its writer, if merely stalled, has nothing left to move in."""
+    clear_committing(base_directory)
     for name in served_versions.listdir(base_directory):
         if name.isdigit() and not served_versions.is_complete(base_directory, name):
             remove_tree(served_versions.join(base_directory, name))
@@ -126,15 +132,18 @@ def _files_under(directory: str) -> list[str]:
         for root, _, names in fileio.walk(directory)
         for name in names
     )
-    return sorted(name for name in names if name != LEASE_FILE)
+    return sorted(name for name in names if name not in (LEASE_FILE, COMMIT_FILE))
 
 
-def move_into_place(staging: str, final: str) -> None:
-    """Moves every staged file into `final`, saved_model.pb last; each file move is atomic
-    on local disks and object stores alike (one object), a folder move is not."""
+def move_into_place(staging: str, final: str, before_last=None) -> None:
+    """Moves every staged file into `final`, saved_model.pb last, `before_last()` called
+    just before it; each file move is atomic on local disks and object stores alike (one
+    object), a folder move is not."""
     files = sorted(_files_under(staging), key=lambda name: name == SAVED_MODEL_FILE)
     for name in files:
         target = os.path.join(final, name)
+        if name == SAVED_MODEL_FILE and before_last is not None:
+            before_last()
         if object_store.is_s3(target):  # no folders to make; one object, not a key prefix
             object_store.move_file(os.path.join(staging, name), target)
             continue
@@ -159,15 +168,28 @@ def publish_version(
         return served
     with staging_folder(base_directory) as staging:
         copy_to_staging(model_path, staging, *kept)
-        with push_lock(base_directory):
+        with push_lock(base_directory) as held:
             _remove_dead_commits(base_directory)
             served = _served_already(base_directory, model_path, expected_served)
             if served is not None:
                 return served
-            version = _next_version(base_directory)
+            version = str(held.reserve(_highest_version(base_directory)))
             final = served_versions.join(base_directory, version)
-            move_into_place(staging, final)
+            _commit(held, staging, final, version)
             return final, version, True
+
+
+def _commit(held, staging: str, final: str, version: str) -> None:
+    """The staged files moved into `final` while `held` (the push lock) lasts; a move that
+    fails because the lock was lost (another push removed this staging) is PushLeaseLost."""
+    mark_committing(staging, version)
+    try:
+        move_into_place(staging, final, before_last=held.check)
+    except PushLeaseLost:
+        raise
+    except Exception:
+        held.check()  # PushLeaseLost when the lock is gone, else the move's own error
+        raise
 
 
 def _spans_record(input_dict, folder: str) -> str | None:

@@ -1,37 +1,35 @@
 """The serving folder's push lock, `<base>/.push.lock`: one commit (choose a version number,
 move the staged files in) at a time, so a later commit always gets a higher number.
+`push_lock` yields the holder: `reserve(highest)` gives the version number, `check()` is
+called immediately before the commit point and raises PushLeaseLost when the lock was lost.
 
-Local paths: `fcntl.flock` on the file, which the kernel releases when the holder dies.
+Local paths: `fcntl.flock` on the file, which the kernel releases when the holder dies; it
+cannot be lost. Refused on network and FUSE mounts (`refuse_network_mount`), where flock
+excludes nothing between hosts: the bucket's gs:// or s3:// URL is the way there.
 
-Remote paths (gs://, s3://): best-effort. tf.io.gfile has no compare-and-set and no atomic
-create-if-absent, so the lock is a lease object holding JSON {owner, expires}: wait while an
-unexpired lease exists, write ours, wait SETTLE_SECONDS, read it back; held only if it is
-still ours. The window it leaves: a pusher that saw no lease and then stalled for more than
-SETTLE_SECONDS before writing its own overwrites a lease another pusher has already
-confirmed, and both commit at once; so does a commit running past LEASE_SECONDS. Released by
-deleting the object (only while it is still ours); a dead holder's lease expires.
+gs:// and s3://: a fenced lease object (components/atomic_pusher/lease.py). Other schemes
+are refused.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import socket
 import time
 import uuid
 from collections.abc import Iterator
 
-from tfx.dsl.io import fileio
-
-from components import object_store, served_versions
+from components import served_versions
+from components.atomic_pusher import lease
 
 LOCK_NAME = ".push.lock"
 TIMEOUT_SECONDS = 600  # waiting longer than this for the lock is an error
-LEASE_SECONDS = 300  # a remote lease's life: far longer than moving one model's files
-SETTLE_SECONDS = 1.0  # remote: between writing the lease and reading it back
 POLL_SECONDS = 0.2
+MOUNTS = "/proc/self/mounts"
+# Filesystem types (or their prefixes) shared between hosts, where flock holds on one only.
+NETWORK_FILESYSTEMS = ("fuse", "nfs", "cifs", "smb", "9p", "ceph", "glusterfs", "lustre", "afs")
 
 
 class PushLockTimeout(RuntimeError):
@@ -43,14 +41,52 @@ def _owner() -> str:
 
 
 @contextlib.contextmanager
-def push_lock(base_directory: str, timeout: float | None = None) -> Iterator[None]:
-    """Holds `<base_directory>/.push.lock` for the block; raises PushLockTimeout after
-    `timeout` seconds (default TIMEOUT_SECONDS) of waiting."""
+def push_lock(base_directory: str, timeout: float | None = None) -> Iterator:
+    """Holds `<base_directory>/.push.lock` for the block and yields the holder; raises
+    PushLockTimeout after `timeout` seconds (default TIMEOUT_SECONDS) of waiting."""
     path = served_versions.join(base_directory, LOCK_NAME)
     timeout = TIMEOUT_SECONDS if timeout is None else timeout
     hold = _remote_lease if "://" in base_directory else _local_flock
-    with hold(path, time.monotonic() + timeout, timeout):
-        yield
+    with hold(path, time.monotonic() + timeout, timeout) as holder:
+        yield holder
+
+
+def mount_type(path: str, mounts: str | None = None) -> str:
+    """The filesystem type of the mount `path` is on ('' when the mounts file, by default
+    MOUNTS, is unreadable)."""
+    try:
+        with open(mounts or MOUNTS) as handle:
+            entries = [line.split()[1:3] for line in handle if len(line.split()) >= 3]
+    except OSError:
+        return ""
+    path = os.path.realpath(path)
+    best, kind = "", ""
+    for point, fstype in entries:
+        point = point.replace("\\040", " ")
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, fstype
+    return kind
+
+
+def refuse_network_mount(path: str, mounts: str | None = None) -> None:
+    """UnsafeStore (one line) when `path` is on a network or FUSE mount."""
+    kind = mount_type(path, mounts)
+    if kind.startswith(NETWORK_FILESYSTEMS):
+        raise lease.UnsafeStore(
+            f"{path} is on a {kind} mount, where a lock on one host excludes no other: push to"
+            " the bucket's own URL (gs://BUCKET/PATH or s3://BUCKET/PATH) instead"
+        )
+
+
+class _Flocked:
+    """The holder of a local flock: never lost; numbers past the highest folder."""
+
+    def reserve(self, highest: int) -> int:
+        return max(int(time.time()), highest + 1)
+
+    def check(self) -> None:
+        pass
 
 
 def _timed_out(path: str, timeout: float, holder: str) -> PushLockTimeout:
@@ -61,7 +97,8 @@ def _timed_out(path: str, timeout: float, holder: str) -> PushLockTimeout:
 
 
 @contextlib.contextmanager
-def _local_flock(path: str, deadline: float, timeout: float) -> Iterator[None]:
+def _local_flock(path: str, deadline: float, timeout: float) -> Iterator[_Flocked]:
+    refuse_network_mount(os.path.dirname(path))
     with open(path, "a+") as handle:  # closing it releases the lock
         while True:
             try:
@@ -76,43 +113,13 @@ def _local_flock(path: str, deadline: float, timeout: float) -> Iterator[None]:
         handle.truncate()
         handle.write(_owner())  # for the timeout message of whoever waits
         handle.flush()
-        yield
-
-
-def _read_lease(path: str) -> dict | None:
-    """The lease object's content; None when there is none (or it cannot be parsed: objects
-    are written whole, so that is not one being written)."""
-    import tensorflow as tf  # remote paths only, where TensorFlow reads them anyway
-
-    try:
-        with object_store.gfile(path).GFile(path) as handle:
-            lease = json.loads(handle.read())
-        return lease if isinstance(lease, dict) else None
-    except (tf.errors.NotFoundError, ValueError):
-        return None
+        yield _Flocked()
 
 
 @contextlib.contextmanager
-def _remote_lease(path: str, deadline: float, timeout: float) -> Iterator[None]:
-    owner = _owner()
-    while True:
-        lease = _read_lease(path)
-        if lease is None or float(lease.get("expires", 0)) < time.time():
-            if fileio.exists(path):  # expired (or garbled): replaced, never appended to
-                with contextlib.suppress(fileio.NotFoundError):
-                    fileio.remove(path)
-            with fileio.open(path, "w") as handle:
-                handle.write(json.dumps({"owner": owner, "expires": time.time() + LEASE_SECONDS}))
-            time.sleep(SETTLE_SECONDS)
-            lease = _read_lease(path)
-            if lease is not None and lease.get("owner") == owner:
-                break
-        if time.monotonic() >= deadline:
-            raise _timed_out(path, timeout, (lease or {}).get("owner", ""))
-        time.sleep(POLL_SECONDS)
+def _remote_lease(path: str, deadline: float, timeout: float) -> Iterator[lease.Lease]:
+    held = lease.acquire(path, deadline, lambda holder: _timed_out(path, timeout, holder))
     try:
-        yield
+        yield held
     finally:
-        if (_read_lease(path) or {}).get("owner") == owner:
-            with contextlib.suppress(fileio.NotFoundError):  # taken over after expiring
-                fileio.remove(path)
+        held.release()

@@ -3,6 +3,12 @@ the commit moves the files into a version. Each holds a `LEASE` (JSON: host, pid
 unix time) written before anything else, so another push can tell a live push's staging
 from a dead one's and removes only the dead.
 
+Before its files are moved into a version, a push writes `COMMIT` (the version) into its
+staging folder, under the push lock. A push that takes the lock later and finds a COMMIT
+knows its writer is done or lost the lock (stalled past the lease, or died): it removes that
+staging folder before the version folder it fed (`clear_committing`), so a stalled writer
+finds its files gone and can never complete that version.
+
 Dead: the lease started more than DEAD_AFTER_SECONDS ago (without a lease: the newest file
 is that old), or, on a local disk and the same host, nobody holds the lease file's flock
 any more (each push holds it while it lives; the kernel drops it when the process dies).
@@ -25,6 +31,7 @@ from components import object_store, served_versions
 
 STAGING_PREFIX = ".staging-"
 LEASE_FILE = "LEASE"
+COMMIT_FILE = "COMMIT"
 # Far longer than any push takes (a CIFAR model's copy takes seconds, a large model's on an
 # object store minutes): a staging folder this old belongs to a push that died.
 DEAD_AFTER_SECONDS = 6 * 3600
@@ -127,3 +134,21 @@ def remove_tree(path: str) -> None:
         object_store.remove_tree(path)
     else:
         fileio.rmtree(path)
+
+
+def mark_committing(staging: str, version: str) -> None:
+    """Under the push lock, before the first file moves: which version this staging feeds."""
+    with fileio.open(served_versions.join(staging, COMMIT_FILE), "w") as handle:
+        handle.write(version)
+
+
+def clear_committing(base_directory: str) -> None:
+    """Under the push lock only: removes the staging folders of commits that ended or lost
+    the lock (those with a COMMIT), so none of them can move another file into a version."""
+    for name in served_versions.listdir(base_directory):
+        staging = served_versions.join(base_directory, name)
+        if name.startswith(STAGING_PREFIX) and served_versions.exists(
+            served_versions.join(staging, COMMIT_FILE)
+        ):
+            with contextlib.suppress(fileio.NotFoundError):
+                remove_tree(staging)
