@@ -151,3 +151,10 @@ def pack_digests(digests: Iterable[bytes]) -> bytes:
 def unpack_digests(index: bytes) -> frozenset[bytes]:
     size = IMAGE_DIGEST_BYTES
     return frozenset(index[i : i + size] for i in range(0, len(index), size))
+
+
+# The serving folder keeps at most this many complete versions after a push (--keep-versions;
+# components/atomic_pusher/retention.py): ten nights of daily versions, about 93 MB at 9.3 MB
+# each. Never fewer than the served version and the one a rollback would serve.
+DEFAULT_KEEP_VERSIONS = 10
+MIN_KEEP_VERSIONS = 2

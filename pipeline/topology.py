@@ -182,6 +182,7 @@ def _pusher(config: PipelineConfig, model, blessing, statistics, examples, serve
         statistics=statistics,
         examples=examples,
         served_model=served_model,
+        keep_versions=config.keep_versions,
     )
     if config.vertex is None or not config.vertex.endpoint:
         return AtomicPusher(**pusher_args)

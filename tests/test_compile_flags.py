@@ -596,6 +596,10 @@ COMPILE_TABLE: dict[str, dict[str, tuple]] = {
     "--accept-duplicates": both(
         lands(_param(_GATE, "accept_duplicates"), 1, "--accept-duplicates")
     ),
+    "--keep-versions": both(
+        given("--keep-versions", 4, _param("AtomicPusher", "keep_versions")),
+        Refused(("--keep-versions", "1"), "--keep-versions: must be at least 2"),
+    ),
 }
 
 

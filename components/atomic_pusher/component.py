@@ -5,12 +5,15 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ComponentSpec, ExecutionParameter
 
-from components.atomic_pusher.executor import BASE_DIRECTORY_KEY, Executor
+from components.atomic_pusher.executor import BASE_DIRECTORY_KEY, KEEP_VERSIONS_KEY, Executor
+from components.contract import DEFAULT_KEEP_VERSIONS
 
 
 class AtomicPusherSpec(ComponentSpec):
     PARAMETERS = {
         BASE_DIRECTORY_KEY: ExecutionParameter(type=str),
+        # After a push, the oldest versions beyond this many go (retention.py; 0: none).
+        KEEP_VERSIONS_KEY: ExecutionParameter(type=int, optional=True),
     }
     INPUTS = {
         "model": ChannelParameter(type=standard_artifacts.Model),
@@ -29,7 +32,8 @@ class AtomicPusherSpec(ComponentSpec):
 
 class AtomicPusher(base_component.BaseComponent):
     """Writes `<base_directory>/<version>/` (the layout TF Serving and Vertex AI's
-    prebuilt TensorFlow containers load) only for a blessed model. Older versions stay."""
+    prebuilt TensorFlow containers load) only for a blessed model; the oldest beyond
+    `keep_versions` go."""
 
     SPEC_CLASS = AtomicPusherSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)
@@ -42,6 +46,7 @@ class AtomicPusher(base_component.BaseComponent):
         statistics: types.BaseChannel | None = None,
         examples: types.BaseChannel | None = None,
         served_model: types.BaseChannel | None = None,
+        keep_versions: int = DEFAULT_KEEP_VERSIONS,
         **parameters,
     ):
         """`parameters`: a subclass's own execution parameters (its SPEC_CLASS's)."""
@@ -53,6 +58,7 @@ class AtomicPusher(base_component.BaseComponent):
                 examples=examples,
                 served_model=served_model,
                 base_directory=base_directory,
+                keep_versions=keep_versions,
                 pushed_model=types.Channel(type=standard_artifacts.PushedModel),
                 **parameters,
             )

@@ -37,6 +37,7 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils
 
 from components import object_store, served_versions
+from components.atomic_pusher import retention
 from components.atomic_pusher.lock import push_lock
 from components.atomic_pusher.staging import (  # noqa: F401 - STAGING_PREFIX, DEAD_AFTER_SECONDS: named here too
     COMMIT_FILE,
@@ -64,6 +65,7 @@ from components.served_versions import PushLeaseLost, ServedVersionChanged
 from components.tfx_files import statistics_file
 
 BASE_DIRECTORY_KEY = "base_directory"
+KEEP_VERSIONS_KEY = "keep_versions"
 # Beside saved_model.pb (TF Serving ignores other files): which model a version holds,
 # so pushing the same model again (a rerun with a new blessing) adds no new version.
 SOURCE_FILE = "PUSHED_FROM"
@@ -152,13 +154,18 @@ def move_into_place(staging: str, final: str, before_last=None) -> None:
 
 
 def publish_version(
-    model_path: str, base_directory: str, *kept: tuple[str, str], expected_served=ANY
+    model_path: str,
+    base_directory: str,
+    *kept: tuple[str, str],
+    expected_served=ANY,
+    keep_versions: int = 0,
 ) -> tuple[str, str, bool]:
     """Copies a SavedModel to `<base>/<version>/`, loadable only once complete (the module's
     docstring has the protocol). `expected_served`: the newest complete version the run read
     at its start (None: nothing was served), or ANY to skip that check.
 
     Returns (path, version, is_new); is_new is False when that model is already served.
+    After a new version, the oldest beyond `keep_versions` go (retention.prune; 0: none).
     """
     fileio.makedirs(base_directory)
     clear_dead_staging(base_directory)
@@ -176,6 +183,9 @@ def publish_version(
             version = str(held.reserve(_highest_version(base_directory)))
             final = served_versions.join(base_directory, version)
             _commit(held, staging, final, version)
+            removed = retention.prune(base_directory, keep_versions)
+            if removed:
+                logging.info("Removed versions %s (--keep-versions %d)", removed, keep_versions)
             return final, version, True
 
 
@@ -295,6 +305,7 @@ class Executor(pusher_executor.Executor):
             exec_properties[BASE_DIRECTORY_KEY],
             *kept,
             expected_served=expected,
+            keep_versions=int(exec_properties.get(KEEP_VERSIONS_KEY) or 0),
         )  # ServedVersionChanged propagates: the run fails with its one line
         logging.info(
             "Model version %s %s at %s",

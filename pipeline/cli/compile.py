@@ -11,7 +11,9 @@ from pathlib import Path
 from pipeline.cli import target_flags
 from pipeline.cli.shared import (
     add_gate_args,
+    add_serving_args,
     add_training_args,
+    keep_versions,
     output_problem,
     training_config,
     wrote,
@@ -93,6 +95,7 @@ def _shared_compile_settings(args: argparse.Namespace) -> dict:
         "accept_drift": args.accept_drift,
         "accept_labels": args.accept_labels,
         "accept_duplicates": args.accept_duplicates,
+        "keep_versions": keep_versions(args),
     }
 
 
@@ -203,6 +206,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     _add_cloud_args(parser)
     add_training_args(parser)
     add_gate_args(parser)
+    add_serving_args(parser)
     parser.set_defaults(func=cmd_compile)
 
 

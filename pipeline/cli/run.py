@@ -11,7 +11,13 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.cli.shared import add_gate_args, add_training_args, training_config
+from pipeline.cli.shared import (
+    add_gate_args,
+    add_serving_args,
+    add_training_args,
+    keep_versions,
+    training_config,
+)
 from pipeline.common import exit_status
 from pipeline.common.files import write_atomically
 from pipeline.operations.serving import MODEL_NAME
@@ -27,7 +33,6 @@ def _prepared(args: argparse.Namespace, output_dir: Path):
     from pipeline.local import span_choice
     from pipeline.settings import data_source
 
-    source = data_source.resolve(args.data)
     training = training_config(args)
     settings = dict(
         eval_fraction=args.eval_fraction,
@@ -37,11 +42,15 @@ def _prepared(args: argparse.Namespace, output_dir: Path):
         accept_drift=args.accept_drift,
         accept_labels=args.accept_labels,
         accept_duplicates=args.accept_duplicates,
+        keep_versions=keep_versions(args),
         force=args.force,
         enable_cache=not args.no_cache,
         beam_args=tuple(args.beam_arg),
         local_workers=args.workers,
     )
+    # the arguments first: a bad flag must not wait for a download
+    local_runner.local_config(output_dir, "", "", training, **settings)
+    source = data_source.resolve(args.data)
     config = local_runner.local_config(output_dir, source, "", training, **settings)
     choice = span_choice.choose(source, args.span, args.spans, args.force, config.serving_model_dir)
     config = dataclasses.replace(
@@ -145,8 +154,9 @@ def _report_night(output_dir: Path, night: dict, status: int, url: str | None) -
         summary, runner="run", exit_status=status, served_before=night["served_before"],
         served_after=_served(output_dir), report=night.get("report"),
     )  # fmt: skip
-    try:
-        nights.record(str(output_dir / "serving" / MODEL_NAME), message)
+    try:  # a run refused before it made its folder leaves none behind
+        if output_dir.is_dir():
+            nights.record(str(output_dir / "serving" / MODEL_NAME), message)
     except OSError as err:
         print(f"warning: the night's record was not kept: {err}", file=sys.stderr)
     if url is None:
@@ -310,4 +320,5 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     add_training_args(run)
     add_gate_args(run)
+    add_serving_args(run)
     run.set_defaults(func=cmd_run)

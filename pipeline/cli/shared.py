@@ -120,6 +120,31 @@ def open_fraction(text: str) -> float:
     return value
 
 
+def keep_versions(args: argparse.Namespace) -> int:
+    """--keep-versions N, checked: the serving folder keeps at least the served version and
+    the one a rollback would serve. ValueError naming the flag (a one-line refusal)."""
+    from pipeline.settings.config import MIN_KEEP_VERSIONS
+
+    if args.keep_versions < MIN_KEEP_VERSIONS:
+        raise ValueError(
+            f"--keep-versions: must be at least {MIN_KEEP_VERSIONS} (the served version and the "
+            f"one before it), got {args.keep_versions}"
+        )
+    return args.keep_versions
+
+
+def add_serving_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("serving folder")
+    group.add_argument(
+        "--keep-versions",
+        type=int,
+        metavar="N",
+        default=_default(PipelineConfig, "keep_versions"),
+        help="after a push, remove the oldest versions beyond N (never the served one, the one "
+        "before it, or one a rollback went back to; default: %(default)s)",
+    )
+
+
 def add_gate_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("data and evaluation")
     group.add_argument(

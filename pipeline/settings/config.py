@@ -7,6 +7,7 @@ import importlib.resources
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from components.contract import DEFAULT_KEEP_VERSIONS, MIN_KEEP_VERSIONS
 from components.reference_images import MAX_CLASS_DROP
 from components.trainer.config import TrainingConfig
 
@@ -89,6 +90,9 @@ class PipelineConfig:
     # On the served version's reference images, a class's accuracy may fall by at most
     # this much (components/reference_images.py; --max-class-drop).
     max_class_drop: float = MAX_CLASS_DROP
+    # After a push the oldest versions beyond this many are removed (never the served one,
+    # the one before it, or one a rollback went back to); components/atomic_pusher/retention.py.
+    keep_versions: int = DEFAULT_KEEP_VERSIONS
     # Drift from the served model's training data beyond the schema's thresholds is recorded
     # and the run trains anyway (--accept-drift); off, it stops the run before training.
     accept_drift: bool = False
@@ -136,6 +140,10 @@ class PipelineConfig:
             )
         if not 0.0 <= self.accuracy_gate <= 1.0:
             raise ValueError(f"accuracy_gate must be in [0, 1], got {self.accuracy_gate}")
+        if self.keep_versions < MIN_KEEP_VERSIONS:
+            raise ValueError(
+                f"keep_versions must be at least {MIN_KEEP_VERSIONS}, got {self.keep_versions}"
+            )
         for name in ("max_regression", "max_class_drop"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
