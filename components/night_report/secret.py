@@ -41,13 +41,13 @@ def _default_token() -> str:
     return credentials.token
 
 
-def read_secret(name: str, token_source=_default_token, endpoint: str | None = None) -> str:
+def read_secret(name: str, token_source=None, endpoint: str | None = None) -> str:
     """The secret version's payload as text. Raises SecretError."""
     base = (endpoint or os.environ.get(ENDPOINT_VARIABLE) or API).rstrip("/")
     try:
         request = urllib.request.Request(
             f"{base}/{check_name(name)}:access",
-            headers={"Authorization": f"Bearer {token_source()}"},
+            headers={"Authorization": f"Bearer {(token_source or _default_token)()}"},
         )
         with urllib.request.urlopen(request, timeout=SECONDS) as answer:
             data = json.loads(answer.read())["payload"]["data"]
