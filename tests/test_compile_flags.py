@@ -438,7 +438,8 @@ def _notify_env(c: Compiled) -> dict:
     """What the platform spec gives the exit handler's container from secrets."""
     task = pipeline_tasks(c.spec)["NightReport"]
     label = c.spec["components"][task["componentRef"]["name"]]["executorLabel"]
-    return kfp_platform.secret_variables(c.platform, label)
+    found = kfp_platform.secret_variables(c.platform, label)
+    return {NOTIFY_VARIABLE: found.get(NOTIFY_VARIABLE)}  # beside the store's keys, if any
 
 
 _SM_SECRET = "projects/p-1/secrets/night-hook"
