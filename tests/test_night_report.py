@@ -28,6 +28,14 @@ FAILED = json.dumps({"state": "FAILED", "error": {"code": 1, "message": "task fa
 LOCAL_FAILED = {"state": "FAILED", "pipeline_task_name": "tfx-dag", "error": {"message": "x"}}
 
 
+def _struct(found: dict):
+    from google.protobuf import struct_pb2
+
+    status = struct_pb2.Struct()
+    status.update(found)
+    return status
+
+
 def keep(serving, **steps) -> str:
     folder = night_facts.folder(str(serving), KEY)
     for step, found in steps.items():
@@ -52,6 +60,7 @@ def push_version(serving, version: str) -> None:
         (FAILED, {"DataValidationGate": {"kind": "DataValidationError"}}, "data_invalid"),
         (FAILED, {}, "failed"),
         (LOCAL_FAILED, {}, "failed"),
+        (_struct(LOCAL_FAILED), {}, "failed"),
         ("not json", {}, "failed"),
     ],
 )

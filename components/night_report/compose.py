@@ -27,7 +27,11 @@ GATE_OUTCOMES = {
 
 def final_status(text: Any) -> dict[str, Any]:
     """The final status as a dict, whichever form it came in (JSON text from KFP and Vertex,
-    snake_case keys from kfp.local); an unreadable one reads as FAILED."""
+    snake_case keys from kfp.local, as a protobuf Struct); an unreadable one reads as FAILED."""
+    if hasattr(text, "fields"):  # kfp.local's dict reaches TFX's entrypoint as a Struct
+        from google.protobuf import json_format
+
+        text = json_format.MessageToDict(text)
     if isinstance(text, dict):
         status = text
     else:
