@@ -68,3 +68,14 @@ def write_bytes(path: str, data: bytes) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "wb") as handle:
         handle.write(data)
+
+
+def remove_tree(path: str) -> None:
+    """Removes a folder and all under it; nothing when it does not exist."""
+    if is_remote(path):
+        if exists(path):
+            _gfile(path).rmtree(path)
+        return
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

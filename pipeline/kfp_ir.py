@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from components.contract import RUNTIME_STATE_NODES
+from components.night_facts import NIGHT_KEY_PLACEHOLDER
+from pipeline.common.compiled_target import NIGHT_REPORT_TASK, TFX_DAG, pipeline_tasks
 from pipeline.common.files import write_atomically
 from pipeline.settings.config import PipelineConfig
 
@@ -56,14 +58,51 @@ def build_pipeline_spec(config: PipelineConfig, image: str) -> dict[str, Any]:
     from pipeline.topology import create_pipeline
 
     runner = tfx.orchestration.experimental.KubeflowV2DagRunner(config=runner_config(image))
-    spec = runner.run(create_pipeline(config), write_out=False)["pipelineSpec"]
+    runner.set_exit_handler(night_report(config))
+    pipeline = create_pipeline(config, night_key=NIGHT_KEY_PLACEHOLDER)
+    spec = runner.run(pipeline, write_out=False)["pipelineSpec"]
     spec["defaultPipelineRoot"] = config.pipeline_root
     parameters = spec["root"].get("inputDefinitions", {}).get("parameters", {})
     for name, value in parameter_defaults(config).items():
         parameters[name]["defaultValue"] = value
+    _pass_parameters_down(spec)
+    tasks = pipeline_tasks(spec)
     for name in UNCACHED_TASKS:
-        spec["root"]["dag"]["tasks"][name]["cachingOptions"] = {"enableCache": False}
+        tasks[name]["cachingOptions"] = {"enableCache": False}
     return spec
+
+
+def _pass_parameters_down(spec: dict[str, Any]) -> None:
+    """TFX nests the steps in the `tfx-dag` component when there is an exit handler but leaves
+    the runtime parameters (the span choice) on the root alone, where the nested steps'
+    `componentInputParameter` cannot reach them: the sub-DAG declares them and its task
+    passes the root's on."""
+    parameters = spec["root"].get("inputDefinitions", {}).get("parameters", {})
+    if not parameters or TFX_DAG not in spec.get("components", {}):
+        return
+    declared = {name: {"parameterType": p["parameterType"]} for name, p in parameters.items()}
+    spec["components"][TFX_DAG].setdefault("inputDefinitions", {})["parameters"] = declared
+    task = spec["root"]["dag"]["tasks"][TFX_DAG]
+    task.setdefault("inputs", {})["parameters"] = {
+        name: {"componentInputParameter": name} for name in parameters
+    }
+
+
+def night_report(config: PipelineConfig):
+    """The exit handler: after every night, failed ones too, the night's message kept in the
+    serving folder and delivered (components/night_report)."""
+    from tfx.orchestration.kubeflow.decorators import FinalStatusStr
+
+    from components.night_report.component import NightReport
+
+    vertex = config.vertex is not None
+    return NightReport(
+        final_status=FinalStatusStr(),
+        serving_model_dir=config.serving_model_dir,
+        night_key=NIGHT_KEY_PLACEHOLDER,
+        runner="vertex" if vertex else "kubeflow",
+        notify_secret=config.notify_secret if vertex else "",
+    ).with_id(NIGHT_REPORT_TASK)
 
 
 def yaml_output(output: Path) -> Path:

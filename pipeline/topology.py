@@ -211,11 +211,15 @@ def _span_settings(config: PipelineConfig) -> dict:
     }
 
 
-def create_pipeline(config: PipelineConfig) -> tfx_pipeline.Pipeline:
+def create_pipeline(config: PipelineConfig, night_key: str | None = None) -> tfx_pipeline.Pipeline:
+    """`night_key`: compiled files' run name placeholder, under which the steps keep the
+    night's facts for the exit handler (components/night_report); None locally."""
     # The served state, read once, first: every step that needs what is served (the
     # ExampleGen's nothing-stale rule, the gate's drift baseline, warm start, the Evaluator's
     # baseline, the Pusher's check that it is still served) reads this one artifact.
-    served_state = ServedState(config.serving_model_dir, read_key=config.served_read_key)
+    served_state = ServedState(
+        config.serving_model_dir, read_key=config.served_read_key, night_key=night_key
+    )
     served_model = served_state.outputs["served_model"]
     example_gen = Cifar10ExampleGen(
         source_uri=config.source_uri,

@@ -22,9 +22,11 @@ from typing import Any, NamedTuple
 import pytest
 
 from components import stack
+from components.night_report.message import NOTIFY_VARIABLE
 from components.reference_images import MAX_CLASS_DROP
 from pipeline import cli
 from pipeline.common import compiled_target, kfp_platform
+from pipeline.common.compiled_target import pipeline_tasks
 from pipeline.kfp_ir import UNCACHED_TASKS
 from pipeline.kubeflow import submit as kubeflow_submit
 from pipeline.vertex import pipeline_file as vertex_file
@@ -202,8 +204,8 @@ def test_vertex_beam_steps_get_the_beam_arg(vertex_with_beam_arg, step):
 
 def test_kubeflow_no_cache_turns_caching_off_in_every_task(kubeflow_no_cache):
     """Off is the proto's default: a task without cachingOptions runs uncached."""
-    tasks = kubeflow_no_cache["root"]["dag"]["tasks"]
-    assert set(tasks) == set(PIPELINE_NODES) and set(UNCACHED_TASKS) <= set(tasks)
+    tasks = pipeline_tasks(kubeflow_no_cache)
+    assert set(tasks) == {*PIPELINE_NODES, "NightReport"} and set(UNCACHED_TASKS) <= set(tasks)
     caching = {
         name: task.get("cachingOptions", {}).get("enableCache", False)
         for name, task in tasks.items()
@@ -213,7 +215,7 @@ def test_kubeflow_no_cache_turns_caching_off_in_every_task(kubeflow_no_cache):
 
 def test_vertex_honours_the_flags_it_shares(vertex_with_beam_arg):
     """The TPU image given, the TPU pool runs it; the pipeline's steps run the pipeline image."""
-    custom = vertex_with_beam_arg["root"]["dag"]["tasks"]["Trainer"]["inputs"]["parameters"]
+    custom = pipeline_tasks(vertex_with_beam_arg)["Trainer"]["inputs"]["parameters"]
     custom = json.loads(custom["custom_config"]["runtimeValue"]["constant"])
     [pool] = custom["ai_platform_training_args"]["job_spec"]["worker_pool_specs"]
     assert pool["container_spec"]["image_uri"] == TPU_IMAGE
@@ -224,7 +226,7 @@ def test_vertex_honours_the_flags_it_shares(vertex_with_beam_arg):
 def test_both_targets_compile_the_gates_overrides(kubeflow_no_cache, vertex_with_beam_arg):
     """--accept-labels (and --accept-drift, not given) reach the gate's parameters."""
     for spec, accepted in ((kubeflow_no_cache, 1), (vertex_with_beam_arg, 0)):
-        gate = spec["root"]["dag"]["tasks"]["DataValidationGate"]["inputs"]["parameters"]
+        gate = pipeline_tasks(spec)["DataValidationGate"]["inputs"]["parameters"]
         assert gate["accept_labels"]["runtimeValue"]["constant"] == accepted
         assert gate["accept_drift"]["runtimeValue"]["constant"] == 0
 
@@ -232,7 +234,7 @@ def test_both_targets_compile_the_gates_overrides(kubeflow_no_cache, vertex_with
 def test_both_targets_compile_the_evaluators_class_margin(kubeflow_no_cache, vertex_with_beam_arg):
     """--max-class-drop (and its default) reach the Evaluator's parameters."""
     for spec, margin in ((kubeflow_no_cache, 0.3), (vertex_with_beam_arg, MAX_CLASS_DROP)):
-        evaluator = spec["root"]["dag"]["tasks"]["Evaluator"]["inputs"]["parameters"]
+        evaluator = pipeline_tasks(spec)["Evaluator"]["inputs"]["parameters"]
         assert evaluator["max_class_drop"]["runtimeValue"]["constant"] == margin
 
 
@@ -339,9 +341,9 @@ class Compiled(NamedTuple):
 
 
 def _param(task: str, name: str) -> Callable[[Compiled], Any]:
-    return lambda c: (
-        c.spec["root"]["dag"]["tasks"][task]["inputs"]["parameters"][name]["runtimeValue"]
-    )["constant"]
+    return lambda c: (pipeline_tasks(c.spec)[task]["inputs"]["parameters"][name]["runtimeValue"])[
+        "constant"
+    ]
 
 
 def _custom(c: Compiled) -> dict:
@@ -407,7 +409,7 @@ def _accuracy(key: str) -> Callable[[Compiled], Any]:
 
 
 def _caching(c: Compiled) -> set:
-    tasks = c.spec["root"]["dag"]["tasks"].values()
+    tasks = pipeline_tasks(c.spec).values()
     return {t.get("cachingOptions", {}).get("enableCache", False) for t in tasks}
 
 
@@ -432,6 +434,16 @@ def _target(c: Compiled) -> str:
     return compiled_target.compiled_for(c.spec)[0]
 
 
+def _notify_env(c: Compiled) -> dict:
+    """What the platform spec gives the exit handler's container from secrets."""
+    task = pipeline_tasks(c.spec)["NightReport"]
+    label = c.spec["components"][task["componentRef"]["name"]]["executorLabel"]
+    found = kfp_platform.secret_variables(c.platform, label)
+    return {NOTIFY_VARIABLE: found.get(NOTIFY_VARIABLE)}  # beside the store's keys, if any
+
+
+_SM_SECRET = "projects/p-1/secrets/night-hook"
+_HOOK = ("hooks", "token")
 _ROOT = lambda c: c.spec["defaultPipelineRoot"]  # noqa: E731
 _EXAMPLE_GEN, _GATE = "Cifar10ExampleGen", "DataValidationGate"
 _REGRESSION = {"absolute": -0.013, "direction": "HIGHER_IS_BETTER"}
@@ -600,6 +612,16 @@ COMPILE_TABLE: dict[str, dict[str, tuple]] = {
         given("--keep-versions", 4, _param("AtomicPusher", "keep_versions")),
         Refused(("--keep-versions", "1"), "--keep-versions: must be at least 2"),
     ),
+    "--notify-secret": {
+        V: (
+            given("--notify-secret", _SM_SECRET, _param("NightReport", "notify_secret")),
+            Refused(("--notify-secret", "hooks:url"), "name a Secret Manager secret"),
+        ),
+        K: (
+            lands(_notify_env, {NOTIFY_VARIABLE: _HOOK}, "--notify-secret", "hooks:token"),
+            Refused(("--notify-secret", "projects/p/secrets/s"), "name a Kubernetes secret"),
+        ),
+    },
 }
 
 

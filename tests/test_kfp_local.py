@@ -19,6 +19,7 @@ from components.cifar10_example_gen.spec import SOURCE_URI_KEY
 from components.contract import SERVED_STATISTICS_FILE, unpack_digests
 from pipeline import cli
 from pipeline.common import compiled_target
+from pipeline.common.compiled_target import pipeline_tasks
 from pipeline.kfp_local import plan as kfp_plan
 from pipeline.local.examples import read_split
 from pipeline.settings.config import CONTAINER_PROJECT_ROOT, CONTAINER_SCHEMA_PATH
@@ -43,7 +44,7 @@ FAST = [
     "--accuracy-gate",
     "0.3",
 ]
-TASKS = set(PIPELINE_NODES)
+TASKS = set(PIPELINE_NODES) | {compiled_target.NIGHT_REPORT_TASK}  # the exit handler too
 BEFORE_TRAINING = {
     "Cifar10ExampleGen",
     "ServedState",
@@ -116,7 +117,7 @@ def test_plan_maps_every_cloud_uri_and_the_image_paths(kubeflow_file):
     assert set(planned.steps) == TASKS and planned.not_run == {}
     text = json.dumps(planned.spec)
     assert kfp_plan.CLOUD_URI.search(text) is None
-    tasks = planned.spec["root"]["dag"]["tasks"]
+    tasks = pipeline_tasks(planned.spec)
     constant = lambda task, key: tasks[task]["inputs"]["parameters"][key]["runtimeValue"]  # noqa: E731
     assert constant("Cifar10ExampleGen", "source_uri")["constant"] == "/data/c.tar.gz"
     assert constant("ServedState", "serving_model_dir")["constant"] == "/out/serving/cifar10"
@@ -129,13 +130,13 @@ def test_plan_maps_every_cloud_uri_and_the_image_paths(kubeflow_file):
 
 def test_plan_of_a_vertex_file_leaves_out_training_and_what_follows(vertex_file):
     planned = plan(vertex_file, "vertex")
-    assert set(planned.steps) == BEFORE_TRAINING
+    assert set(planned.steps) == BEFORE_TRAINING | {compiled_target.NIGHT_REPORT_TASK}
     # ServedState runs first (every later step reads it)
     assert list(planned.not_run) == ["Trainer", "AtomicPusher", "Evaluator"]
     assert planned.not_run["Trainer"] == ("calls Vertex AI (components.trainer.vertex_trainer)")
     for name in ("Evaluator", "AtomicPusher"):
         assert planned.not_run[name] == "needs a step that cannot run here"
-    assert set(planned.spec["root"]["dag"]["tasks"]) == BEFORE_TRAINING
+    assert set(pipeline_tasks(planned.spec)) == BEFORE_TRAINING | {"NightReport"}
 
 
 def test_plan_names_the_endpoint_deploy_as_a_vertex_call(tmp_path):
@@ -144,7 +145,7 @@ def test_plan_names_the_endpoint_deploy_as_a_vertex_call(tmp_path):
     reason = planned.not_run["AtomicPusher"]
     assert reason == "calls Vertex AI (components.atomic_pusher.vertex_endpoint)", reason
     assert planned.not_run["Trainer"] == "calls Vertex AI (components.trainer.vertex_trainer)"
-    assert set(planned.steps) == BEFORE_TRAINING
+    assert set(planned.steps) == BEFORE_TRAINING | {compiled_target.NIGHT_REPORT_TASK}
 
 
 def test_the_google_executors_named_for_kfp_local_are_the_real_ones():
@@ -186,7 +187,7 @@ def test_a_cloud_uri_without_a_local_counterpart_is_refused(kubeflow_file):
 
 def test_a_pipeline_spec_2_0_file_is_refused_before_running(kubeflow_file, tmp_path):
     spec = yaml.safe_load(kubeflow_file.read_text())
-    parameter = spec["root"]["dag"]["tasks"]["Trainer"]["inputs"]["parameters"]["run_fn"]
+    parameter = pipeline_tasks(spec)["Trainer"]["inputs"]["parameters"]["run_fn"]
     parameter["runtimeValue"] = {"constantValue": {"stringValue": "x.run_fn"}}
     old = tmp_path / "old.yaml"
     old.write_text(yaml.safe_dump(spec))

@@ -14,6 +14,7 @@ import yaml
 from components import stack
 from pipeline import cli, kfp_ir
 from pipeline.common import kfp_platform
+from pipeline.common.compiled_target import pipeline_tasks
 from pipeline.kubeflow import compile as kubeflow_compile
 from pipeline.local.runner import local_config
 from pipeline.settings.config import CONTAINER_SCHEMA_PATH, TrainingConfig
@@ -78,7 +79,8 @@ def test_an_s3_file_gives_every_pod_the_stores_endpoint_and_the_secrets_keys(com
     executors = spec["deploymentSpec"]["executors"]
     containers = {label for label, executor in executors.items() if "container" in executor}
     configs = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    assert len(containers) == len(PIPELINE_NODES) and set(configs) == containers
+    # every step and the exit handler (it keeps the night in the serving folder on the store)
+    assert len(containers) == len(PIPELINE_NODES) + 1 and set(configs) == containers
     for label in containers:
         env = executors[label]["container"]["env"]
         assert env == [{"name": "AWS_ENDPOINT_URL", "value": "http://minio-service.kubeflow:9000"}]
@@ -132,9 +134,11 @@ def test_the_file_loads_with_the_kfp_sdk(compiled):
     parsed = json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
     assert parsed.default_pipeline_root == ROOT
     executors = set(parsed.deployment_spec["executors"].keys())
-    for name, task in parsed.root.dag.tasks.items():
-        assert parsed.components[task.component_ref.name].executor_label in executors, name
-    assert {"Trainer", "ServedState", "Evaluator"} <= set(parsed.root.dag.tasks)
+    # the steps, nested in TFX's sub-DAG beside the exit handler (pipeline/kfp_ir.py)
+    for name, task in pipeline_tasks(spec).items():
+        label = parsed.components[task["componentRef"]["name"]].executor_label
+        assert label in executors, name
+    assert {"Trainer", "ServedState", "Evaluator"} <= set(pipeline_tasks(spec))
 
 
 def test_the_file_is_pipeline_spec_2_1_which_the_kfp_backend_driver_runs(compiled):
@@ -143,18 +147,19 @@ def test_the_file_is_pipeline_spec_2_1_which_the_kfp_backend_driver_runs(compile
     _, spec = compiled
     assert spec["schemaVersion"] == "2.1.0"
     runtime = {"span": -1, "span_window": 1, "force": 0}  # the span choice, set per run
-    for name, task in spec["root"]["dag"]["tasks"].items():
+    for name, task in pipeline_tasks(spec).items():
         for key, parameter in task.get("inputs", {}).get("parameters", {}).items():
             if name == "Cifar10ExampleGen" and key in runtime:
                 assert parameter == {"componentInputParameter": key}
+                continue
+            if name == "NightReport" and key == "final_status":  # the run's, when it ends
+                assert parameter == {"taskFinalStatus": {"producerTask": "tfx-dag"}}
                 continue
             assert set(parameter["runtimeValue"]) == {"constant"}, (name, key)
     defaults = spec["root"]["inputDefinitions"]["parameters"]
     assert {key: value["defaultValue"] for key, value in defaults.items()} == runtime
     # the ExampleGen lists the span folders when it runs: never served from the cache
-    assert spec["root"]["dag"]["tasks"]["Cifar10ExampleGen"]["cachingOptions"] == {
-        "enableCache": False
-    }
+    assert pipeline_tasks(spec)["Cifar10ExampleGen"]["cachingOptions"] == {"enableCache": False}
     for name, executor in spec["deploymentSpec"]["executors"].items():
         assert "--json_serialized_inputs_spec_args" in executor["container"]["args"], name
 
@@ -183,7 +188,7 @@ def test_resolver_executors_are_detected():
 
 def test_evaluator_baseline_is_the_served_model_step(compiled):
     _, spec = compiled
-    tasks = spec["root"]["dag"]["tasks"]
+    tasks = pipeline_tasks(spec)
     baseline = tasks["Evaluator"]["inputs"]["artifacts"]["baseline_model"]["taskOutputArtifact"]
     assert baseline["producerTask"] == "ServedState"
     parameter = tasks["ServedState"]["inputs"]["parameters"]["serving_model_dir"]
@@ -205,7 +210,7 @@ def test_trainer_is_the_standard_trainer_with_pod_requests(compiled):
         "memoryRequest": 24.0,
         "accelerator": {"type": "nvidia.com/gpu", "count": "2"},
     }
-    parameter = spec["root"]["dag"]["tasks"]["Trainer"]["inputs"]["parameters"]["custom_config"]
+    parameter = pipeline_tasks(spec)["Trainer"]["inputs"]["parameters"]["custom_config"]
     custom = json.loads(parameter["runtimeValue"]["constant"])
     assert custom["training"]["strategy"] == "auto" and "ai_platform_training_args" not in custom
     others = [
@@ -247,7 +252,8 @@ def test_compiled_dag_edges_match_the_topology(compiled, tmp_path):
     expected = {c.id: {u.id for u in c.upstream_nodes} for c in local.components}
     compiled_deps = {
         name: set(task.get("dependentTasks", []))
-        for name, task in spec["root"]["dag"]["tasks"].items()
+        for name, task in pipeline_tasks(spec).items()
+        if name != "NightReport"  # the exit handler: after the whole sub-DAG
     }
     assert compiled_deps == expected
 
@@ -307,7 +313,7 @@ def test_vertex_compiles_yaml_and_submit_accepts_it(tmp_path, capsys):
     assert kfp_ir.resolver_executors(spec) == []
     submission = vertex_file.load_submission(path, "proj-x", "us-central1")
     assert submission.pipeline_root == "gs://b/root"
-    assert set(submission.tasks) == set(spec["root"]["dag"]["tasks"])
+    assert set(submission.tasks) == set(pipeline_tasks(spec))
     capsys.readouterr()
     assert (
         cli.main(
@@ -438,7 +444,7 @@ def test_submit_creates_the_run_through_the_kfp_client(compiled, fake_kfp, capsy
         assert {kfp_platform.secret_variables(sent["platform_spec"], label) == KEYS
                 for label in platform["executors"]} == {True}  # fmt: skip
         sent = sent["pipeline_spec"]
-    assert sent["root"]["dag"]["tasks"].keys() == spec["root"]["dag"]["tasks"].keys()
+    assert pipeline_tasks(sent).keys() == pipeline_tasks(spec).keys()
     assert sent["deploymentSpec"] == spec["deploymentSpec"]
 
 

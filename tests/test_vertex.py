@@ -13,6 +13,7 @@ import pytest
 from google.cloud.aiplatform_v1.types import AcceleratorType, CustomJobSpec
 
 from pipeline import cli
+from pipeline.common.compiled_target import pipeline_tasks
 from pipeline.local.runner import local_config
 from pipeline.settings.config import CONTAINER_SCHEMA_PATH, TrainingConfig
 from pipeline.topology import create_pipeline
@@ -63,7 +64,7 @@ def compiled(tmp_path_factory):
 
 
 def _tasks(job):
-    return job["pipelineSpec"]["root"]["dag"]["tasks"]
+    return pipeline_tasks(job["pipelineSpec"])
 
 
 def test_compiled_dag_has_every_component_and_dependency(compiled):
@@ -443,7 +444,7 @@ def test_submit_sends_a_pipeline_job_through_aiplatform_and_waits(
     [(url, body)] = _FakeVertex.requests
     assert url.startswith("/v1/projects/proj-x/locations/us-central1/pipelineJobs")
     assert f"pipelineJobId={body['displayName']}" in url
-    assert body["pipelineSpec"]["root"]["dag"]["tasks"].keys() == _tasks(job).keys()
+    assert pipeline_tasks(body["pipelineSpec"]).keys() == _tasks(job).keys()
     assert body["runtimeConfig"]["gcsOutputDirectory"] == ROOT
     assert body["serviceAccount"] == SERVICE_ACCOUNT and body["network"] == NETWORK
     assert body["labels"] == {"team": "vision", "cost-center": "42", "run": "nightly"}
@@ -452,7 +453,7 @@ def test_submit_sends_a_pipeline_job_through_aiplatform_and_waits(
     # and serving folders: cached, they would replay an old night.
     caching = {
         name: task["cachingOptions"]["enableCache"]
-        for name, task in body["pipelineSpec"]["root"]["dag"]["tasks"].items()
+        for name, task in pipeline_tasks(body["pipelineSpec"]).items()
     }
     assert caching.pop("ServedState") is False and caching.pop("Cifar10ExampleGen") is False
     assert set(caching.values()) == {True}
@@ -476,7 +477,7 @@ def test_no_submit_option_caches_the_steps_that_read_span_or_serving_folders(
     path, _ = compiled
     submission = vertex_file.load_submission(path, project="proj-x", enable_caching=enable_caching)
     job = vertex_runner.pipeline_job(submission, AnonymousCredentials(), tmp_path)
-    tasks = job.to_dict()["pipelineSpec"]["root"]["dag"]["tasks"]
+    tasks = pipeline_tasks(job.to_dict()["pipelineSpec"])
     caching = {
         name: task.get("cachingOptions", {}).get("enableCache") for name, task in tasks.items()
     }

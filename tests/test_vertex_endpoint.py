@@ -12,6 +12,7 @@ from tfx.types import standard_artifacts
 from components import served_versions
 from components.atomic_pusher import executor as pusher
 from components.atomic_pusher import vertex_endpoint
+from pipeline.common.compiled_target import pipeline_tasks
 
 SETTINGS = {
     "project": "proj-x",
@@ -109,7 +110,7 @@ def test_compile_with_an_endpoint_wires_the_endpoint_pusher(tmp_path):
     import yaml
 
     spec = yaml.safe_load(path.read_text())
-    task = spec["root"]["dag"]["tasks"]["AtomicPusher"]
+    task = pipeline_tasks(spec)["AtomicPusher"]
     serving = json.loads(task["inputs"]["parameters"]["vertex_serving"]["runtimeValue"]["constant"])
     assert serving["endpoint"] == "cifar10-endpoint" and serving["project"] == "proj-x"
     base = task["inputs"]["parameters"]["base_directory"]["runtimeValue"]["constant"]

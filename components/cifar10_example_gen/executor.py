@@ -23,6 +23,7 @@ from tfx.types import artifact_utils
 from tfx.types.standard_component_specs import EXAMPLES_KEY
 from tfx.utils import io_utils
 
+from components import night_facts
 from components.cifar10_example_gen import sources, spans
 from components.cifar10_example_gen.spec import (
     EVAL_FRACTION_KEY,
@@ -242,6 +243,17 @@ def _served(input_dict: dict[str, list[types.Artifact]]) -> ServedState:
     return load_served_state(served[0].uri) if served else ServedState()
 
 
+def _keep_facts(input_dict, examples: types.Artifact, numbers: list[int]) -> None:
+    """The spans, and whether the night had nothing new, for a compiled run's report."""
+    nothing_new = bool(examples.get_int_custom_property(NO_NEW_SPAN_PROPERTY))
+    reason = examples.get_string_custom_property(NO_NEW_SPAN_REASON_PROPERTY) if nothing_new else ""
+    night_facts.write(
+        night_facts.facts_dir_of(input_dict.get(SERVED_MODEL_KEY) or []),
+        night_facts.EXAMPLES,
+        {"spans": list(numbers), "no_new_span": nothing_new, "reason": reason or None},
+    )
+
+
 def _write_empty_splits(examples: types.Artifact) -> None:
     """A night with nothing new: both splits hold no record, so the steps after the
     ExampleGen (statistics, validation) run through in seconds and pass the night on."""
@@ -305,6 +317,7 @@ class Executor(BaseBeamExecutor):
             os.path.join(examples.uri, SERVED_SPANS_FILE),
             spans.record_json(resolution.fingerprints),
         )
+        _keep_facts(input_dict, examples, resolution.numbers)
         examples_utils.set_payload_format(examples, example_gen_pb2.FORMAT_TF_EXAMPLE)
         examples_utils.set_file_format(
             examples, write_split.to_file_format_str(example_gen_pb2.FORMAT_TFRECORDS_GZIP)

@@ -14,6 +14,7 @@ from components.reference_images import MAX_CLASS_DROP
 from components.served_state.executor import EvaluatorExecutor, Executor
 from components.served_state.spec import (
     MAX_CLASS_DROP_KEY,
+    NIGHT_KEY,
     READ_KEY,
     SERVED_MODEL_KEY,
     SERVING_MODEL_DIR_KEY,
@@ -31,10 +32,15 @@ class ServedState(base_component.BaseComponent):
     SPEC_CLASS = ServedStateSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)
 
-    def __init__(self, serving_model_dir: str, read_key: str = ""):
+    def __init__(self, serving_model_dir: str, read_key: str = "", night_key: str | None = None):
+        keys = (
+            {READ_KEY: read_key}
+            if night_key is None
+            else {READ_KEY: read_key, NIGHT_KEY: night_key}
+        )
         super().__init__(
             spec=ServedStateSpec(
-                **{SERVING_MODEL_DIR_KEY: serving_model_dir, READ_KEY: read_key},
+                **{SERVING_MODEL_DIR_KEY: serving_model_dir, **keys},
                 **{SERVED_MODEL_KEY: types.Channel(type=standard_artifacts.Model)},
             )
         )

@@ -25,6 +25,7 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.types.artifact import Artifact
 from tfx.utils import io_utils, path_utils
 
+from components import night_facts
 from components.contract import (
     NO_NEW_SPAN_PROPERTY,
     SAVED_MODEL_FILE,
@@ -37,6 +38,7 @@ from components.reference_images import MAX_CLASS_DROP
 from components.served_state.class_check import check_reference_classes
 from components.served_state.spec import (
     MAX_CLASS_DROP_KEY,
+    NIGHT_KEY,
     SERVED_MODEL_KEY,
     SERVING_MODEL_DIR_KEY,
 )
@@ -67,6 +69,12 @@ class Executor(base_executor.BaseExecutor):
         served.set_int_custom_property(SERVED_VERSION_KEY, int(state.version or 0))
         served.set_string_custom_property(SERVED_FROM_KEY, state.version_dir)
         served.set_string_custom_property(SERVED_SPANS_KEY, ",".join(map(str, sorted(state.spans))))
+        kept = night_facts.folder(
+            exec_properties[SERVING_MODEL_DIR_KEY], exec_properties.get(NIGHT_KEY) or ""
+        )
+        if kept:  # a compiled run: later steps keep their facts beside these
+            served.set_string_custom_property(night_facts.FACTS_PROPERTY, kept)
+            night_facts.write(kept, night_facts.SERVED, {"served_before": state.version})
         logging.info(
             "Served state: %s",
             f"version {state.version} from {state.version_dir}, spans {sorted(state.spans)}"
@@ -119,3 +127,38 @@ class EvaluatorExecutor(evaluator_executor.Executor):
         super().Do(input_dict, output_dict, exec_properties)
         if standard_component_specs.BASELINE_MODEL_KEY in input_dict:
             check_reference_classes(input_dict, output_dict, max_drop)
+        _keep_evaluation_facts(baselines, output_dict)
+
+
+def _keep_evaluation_facts(baselines: list, output_dict) -> None:
+    """Blessed or not, and the eval accuracy, for a compiled run's night report."""
+    kept = night_facts.facts_dir_of(baselines)
+    if not kept:
+        return
+    blessing = artifact_utils.get_single_instance(
+        output_dict[standard_component_specs.BLESSING_KEY]
+    )
+    blessed = blessing.get_int_custom_property(evaluator_constants.ARTIFACT_PROPERTY_BLESSED_KEY)
+    night_facts.write(
+        kept,
+        night_facts.EVALUATION,
+        {"blessed": bool(blessed), "eval_accuracy": _accuracy(output_dict)},
+    )
+
+
+def _accuracy(output_dict) -> float | None:
+    """The candidate's overall eval accuracy from TFMA's metrics (None if not found)."""
+    try:
+        import tensorflow_model_analysis as tfma
+
+        evaluation = artifact_utils.get_single_instance(
+            output_dict[standard_component_specs.EVALUATION_KEY]
+        )
+        for metrics in tfma.load_metrics(evaluation.uri):
+            for key in metrics.metric_keys_and_values:
+                wanted = (key.key.name, key.key.model_name in ("", "candidate"), key.key.is_diff)
+                if wanted == ("sparse_categorical_accuracy", True, False):
+                    return float(key.value.double_value.value)
+    except Exception as err:
+        logging.info("eval accuracy not read for the night's report: %s", err)
+    return None

@@ -13,6 +13,7 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
+from components import night_facts
 from components.contract import (
     COMPARISON_FILE,
     EVAL_DROPPED_FILE,
@@ -327,13 +328,27 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         for comparison in (skew, drift):
             logging.info("%s: %s", comparison.kind, comparison.skipped or "compared")
         logging.info("labels: %s", why_not or f"{labels.scored} records scored")
-        _stop_on(
-            problems,
-            (drifted, accept_drift),
-            (mislabelled, accept_labels),
-            (duplicated, accept_duplicates),
-        )
+        try:
+            _stop_on(
+                problems,
+                (drifted, accept_drift),
+                (mislabelled, accept_labels),
+                (duplicated, accept_duplicates),
+            )
+        except DataValidationError as stopped:  # kept for a compiled run's report, then raised
+            _keep_stop(served, stopped)
+            raise
         logging.info(
             "Data validation passed for splits %s",
             artifact_utils.decode_split_names(statistics.split_names),
         )
+
+
+def _keep_stop(served: list, stopped: DataValidationError) -> None:
+    """The gate's stop lines and which check stopped it, for a compiled run's report."""
+    lines = [line[4:] for line in str(stopped).splitlines() if line.startswith("  - ")]
+    night_facts.write(
+        night_facts.facts_dir_of(served),
+        night_facts.GATE,
+        {"kind": type(stopped).__name__, "stops": lines, "error": str(stopped)},
+    )

@@ -96,7 +96,24 @@ def _shared_compile_settings(args: argparse.Namespace) -> dict:
         "accept_labels": args.accept_labels,
         "accept_duplicates": args.accept_duplicates,
         "keep_versions": keep_versions(args),
+        "notify_secret": _notify_secret(args),
     }
+
+
+def _notify_secret(args: argparse.Namespace) -> str:
+    """--notify-secret, checked for its target: a Kubernetes secret NAME[:KEY] or a Secret
+    Manager secret name. Only the name is compiled in, never the URL."""
+    if not args.notify_secret:
+        return ""
+    if args.target == "kubeflow":
+        from pipeline.kubeflow.compile import check_notify_secret
+
+        check_notify_secret(args.notify_secret)
+    else:
+        from components.night_report.secret import check_name
+
+        check_name(args.notify_secret)
+    return args.notify_secret
 
 
 def _compile(args: argparse.Namespace, make_config, compile_pipeline) -> int:
@@ -284,6 +301,16 @@ def _add_cloud_args(parser: argparse.ArgumentParser) -> None:
         "--beam-arg=--no_use_public_ips",
     )
     both.add_argument("--no-cache", action="store_true", help="compile every step with caching off")
+    both.add_argument(
+        "--notify-secret",
+        default="",
+        metavar="SECRET",
+        help="where the exit handler, which reports every night (failed ones too), finds the "
+        "webhook URL: kubeflow, a Kubernetes secret NAME[:KEY] (key 'url' by default) given to "
+        "its container as $CIFAR10_NOTIFY_URL; vertex, a Secret Manager secret "
+        "projects/P/secrets/NAME[/versions/V] read with the pipeline's service account. "
+        "Without it the night is kept in the serving folder and delivered nowhere",
+    )
     cloud = parser.add_argument_group("vertex: the training job's cloud settings")
     target_flags.add(
         cloud,

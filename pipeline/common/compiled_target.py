@@ -19,11 +19,35 @@ GOOGLE_EXECUTOR_PREFIXES = (
     "components.atomic_pusher.vertex_endpoint.",
 )
 DATAFLOW_ARG = "--runner=DataflowRunner"
+# With an exit handler (every compiled file: pipeline/kfp_ir.py) TFX nests the pipeline's
+# steps in this sub-DAG and puts the handler's task beside it in the root DAG.
+TFX_DAG = "tfx-dag"
+NIGHT_REPORT_TASK = "NightReport"
+
+
+def pipeline_tasks(spec: dict[str, Any]) -> dict[str, Any]:
+    """Every step of a compiled file by name: the root DAG's container tasks and those of the
+    `tfx-dag` sub-DAG, the exit handler's included (the same dicts, not copies)."""
+    found = {}
+    for name, task in spec.get("root", {}).get("dag", {}).get("tasks", {}).items():
+        if name == TFX_DAG:
+            found.update(spec["components"][TFX_DAG]["dag"]["tasks"])
+        else:
+            found[name] = task
+    return found
+
+
+def exit_task(spec: dict[str, Any]) -> str:
+    """The exit handler's task name, '' when the file has none."""
+    for name, task in spec.get("root", {}).get("dag", {}).get("tasks", {}).items():
+        if task.get("triggerPolicy", {}).get("strategy") == "ALL_UPSTREAM_TASKS_COMPLETED":
+            return name
+    return ""
 
 
 def executor(spec: dict[str, Any], task: str) -> dict[str, Any]:
-    """The container a task of the root DAG runs ({} if it names none)."""
-    component_name = spec["root"]["dag"]["tasks"][task].get("componentRef", {}).get("name", "")
+    """The container a step runs ({} if it names none)."""
+    component_name = pipeline_tasks(spec)[task].get("componentRef", {}).get("name", "")
     label = spec.get("components", {}).get(component_name, {}).get("executorLabel", "")
     return spec["deploymentSpec"].get("executors", {}).get(label, {}).get("container", {})
 
@@ -31,7 +55,7 @@ def executor(spec: dict[str, Any], task: str) -> dict[str, Any]:
 def google_steps(spec: dict[str, Any]) -> dict[str, str]:
     """Tasks that call Google APIs, with the reason."""
     reasons = {}
-    for task in spec["root"]["dag"]["tasks"]:
+    for task in pipeline_tasks(spec):
         args = executor(spec, task).get("args", [])
         path = (
             args[args.index("--executor_class_path") + 1] if "--executor_class_path" in args else ""

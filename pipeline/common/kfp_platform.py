@@ -53,6 +53,27 @@ def add_store_access(spec: dict[str, Any], *, endpoint: str, secret: str) -> dic
     return {"platforms": {"kubernetes": {"deploymentSpec": {"executors": executors}}}}
 
 
+def add_secret_variable(
+    platform: dict[str, Any], label: str, *, secret: str, key: str, variable: str
+) -> dict[str, Any]:
+    """The platform spec with `label`'s container also given `variable` from `key` of
+    `secret` (only the secret's name is written: its value stays in the cluster)."""
+    executors = (
+        platform.setdefault("platforms", {})
+        .setdefault("kubernetes", {})
+        .setdefault("deploymentSpec", {})
+        .setdefault("executors", {})
+    )
+    executors.setdefault(label, {}).setdefault("secretAsEnv", []).append(
+        {
+            "secretName": secret,
+            "secretNameParameter": {"runtimeValue": {"constant": secret}},
+            "keyToEnv": [{"secretKey": key, "envVar": variable}],
+        }
+    )
+    return platform
+
+
 def read_pipeline_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(pipeline spec, platform spec) of a compiled YAML file: the first document and the
     optional second ({} if none), as kfp's Client reads them."""

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pipeline.kfp_local
-from pipeline.common import exit_status
+from pipeline.common import compiled_target, exit_status
 from pipeline.kfp_local.plan import (
     LocalRunError,
     Plan,
@@ -36,12 +36,32 @@ def summary(plan: Plan, done: list[Step], kfp_version: str) -> str:
     stopped = {name: "an earlier step failed" for name in plan.steps if name not in ran}
     for name, reason in {**stopped, **plan.not_run}.items():
         lines.append(f"  {name:<22} not run: {reason}")
+    lines.extend(night_lines(plan, done))
     outputs = {key: meta for step in done for key, meta in step.outputs.items()}
     if "blessing" in outputs:
         lines.append(f"blessed        {'yes' if outputs['blessing'].get('blessed') else 'no'}")
     if outputs.get("pushed_model", {}).get("pushed"):
         lines.append(f"pushed         {outputs['pushed_model'].get('pushed_destination')}")
     return "\n".join(lines)
+
+
+def night_lines(plan: Plan, done: list[Step]) -> list[str]:
+    """What the exit handler said (components/night_report/handler.py): the night's outcome
+    and whether its message was delivered; or that it did not run."""
+    handler = compiled_target.exit_task(plan.spec)
+    if not handler:
+        return []
+    step = next((s for s in done if s.name == handler), None)
+    if step is None:
+        return [f"night report   not run ({handler} did not start)"]
+    said = [
+        line.strip()
+        for line in step.log.read_text(errors="replace").splitlines()
+        if line.startswith(("outcome ", "notification ", "record "))
+    ]
+    return [f"night report   ({handler}, the exit handler, ran after the steps)"] + [
+        f"  {line}" for line in said
+    ]
 
 
 def _parser() -> argparse.ArgumentParser:

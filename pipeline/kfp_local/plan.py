@@ -87,7 +87,7 @@ def _prefix_pattern(prefix: str) -> re.Pattern:
 
 def _downstream(spec: dict, roots: set[str]) -> set[str]:
     """`roots` and every task that depends on one of them."""
-    tasks = spec["root"]["dag"]["tasks"]
+    tasks = compiled_target.pipeline_tasks(spec)
     found = set(roots)
     while True:
         more = {
@@ -121,7 +121,8 @@ LOCAL_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL", "S3_ENDPOINT")
 
 
 def store_environment(plan: Plan, environ: dict[str, str]) -> dict[str, str]:
-    """A --keep-uris step's store variables, as the cluster would set them: each variable the
+    """The variables the cluster would set from secrets (a --keep-uris step's store keys, the exit
+    handler's webhook URL): each variable the
     file takes from a secret, from this machine's variable of that name, and this machine's
     endpoint for the file's. Raises LocalRunError naming the first one missing."""
     found = {}
@@ -157,12 +158,32 @@ def _without_endpoint(spec: dict) -> str:
     return endpoint
 
 
-def _secret_variables(spec: dict, platform: dict) -> dict[str, tuple[str, str]]:
-    """Every variable the platform spec sets from a secret in any executor."""
+def _secret_variables(
+    spec: dict, platform: dict, tasks: list[str] | None = None
+) -> dict[str, tuple[str, str]]:
+    """Every variable the platform spec sets from a secret in any executor (of `tasks`'
+    executors only, when given: the exit handler's webhook URL without --keep-uris)."""
     found = {}
-    for label in spec.get("deploymentSpec", {}).get("executors", {}):
+    labels = spec.get("deploymentSpec", {}).get("executors", {})
+    if tasks is not None:
+        components = spec.get("components", {})
+        chosen = [
+            compiled_target.pipeline_tasks(spec)[name]["componentRef"]["name"] for name in tasks
+        ]
+        labels = [components[name]["executorLabel"] for name in chosen]
+    for label in labels:
         found.update(kfp_platform.secret_variables(platform, label))
     return found
+
+
+def _leave_out(spec: dict, names: set[str]) -> None:
+    """Removes the named steps from whichever DAG holds them."""
+    dags = [spec["root"]["dag"]]
+    if compiled_target.TFX_DAG in spec.get("components", {}):
+        dags.append(spec["components"][compiled_target.TFX_DAG]["dag"])
+    for dag in dags:
+        for name in names & set(dag["tasks"]):
+            del dag["tasks"][name]
 
 
 def _check_form(path: Path, spec: Any) -> None:
@@ -171,7 +192,7 @@ def _check_form(path: Path, spec: Any) -> None:
             f"{path}: not a compiled pipeline (no root DAG); write one with "
             "`cifar10-pipeline compile --output FILE.yaml`"
         )
-    for name, task in spec["root"]["dag"]["tasks"].items():
+    for name, task in compiled_target.pipeline_tasks(spec).items():
         for parameter in task.get("inputs", {}).get("parameters", {}).values():
             if "constantValue" in parameter.get("runtimeValue", {}):
                 raise LocalRunError(
@@ -208,14 +229,14 @@ def make_plan(
     endpoint = _without_endpoint(spec)  # a cluster's address: this machine's stands in
     _check_target(path, target, spec)
     google = compiled_target.google_steps(spec)
-    tasks = spec["root"]["dag"]["tasks"]
+    tasks = compiled_target.pipeline_tasks(spec)
     left_out = _downstream(spec, set(google))
     not_run = {name: google[name] for name in sorted(google)}
     not_run.update(
         (name, "needs a step that cannot run here") for name in sorted(left_out - set(google))
     )
-    for name in left_out:
-        del tasks[name]
+    _leave_out(spec, left_out)
+    tasks = compiled_target.pipeline_tasks(spec)
 
     root = spec.get("defaultPipelineRoot", "")
     if keep_uris and not root.startswith(S3):
@@ -235,10 +256,8 @@ def make_plan(
         return text
 
     spec = _map_strings(spec, replace)
-    for name in tasks:
-        text = json.dumps(
-            [spec["root"]["dag"]["tasks"][name], compiled_target.executor(spec, name)]
-        )
+    for name, task in compiled_target.pipeline_tasks(spec).items():
+        text = json.dumps([task, compiled_target.executor(spec, name)])
         unmapped = next(
             (m for m in CLOUD_URI.finditer(text) if not (keep_uris and m[0].startswith(S3))), None
         )
@@ -248,9 +267,11 @@ def make_plan(
                 f"{' (no --data given)' if data is None else ''}: it maps the pipeline root "
                 "to --output-dir and the data to --data"
             )
-    steps = sorted(spec["root"]["dag"]["tasks"])
+    steps = sorted(compiled_target.pipeline_tasks(spec))
+    handler = compiled_target.exit_task(spec)
+    notify = _secret_variables(spec, platform, [handler]) if handler else {}
     if not keep_uris:
-        return Plan(spec=spec, steps=steps, not_run=not_run)
+        return Plan(spec=spec, steps=steps, not_run=not_run, secret_variables=notify)
     return Plan(
         spec=spec,
         steps=steps,

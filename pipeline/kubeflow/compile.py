@@ -3,10 +3,11 @@ the same topology written as KFP v2 pipeline IR (YAML)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from components import object_store
-from pipeline.common import kfp_platform
+from pipeline.common import compiled_target, kfp_platform
 from pipeline.kfp_ir import (
     build_pipeline_spec,
     resolver_executors,
@@ -151,4 +152,36 @@ def compile_pipeline(config: PipelineConfig, output: Path) -> Path:
         platform = kfp_platform.add_store_access(
             spec, endpoint=config.kubeflow.s3_endpoint, secret=config.kubeflow.s3_secret
         )
+    if config.notify_secret:
+        platform = _notify_secret(spec, platform, config.notify_secret)
     return write_pipeline_yaml(spec, output, platform)
+
+
+# A Kubernetes secret's name (a DNS subdomain) and a key in it.
+SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+NOTIFY_KEY = "url"
+
+
+def check_notify_secret(value: str) -> tuple[str, str]:
+    """(secret, key) of `--notify-secret NAME[:KEY]` (key `url` by default)."""
+    name, _, key = value.partition(":")
+    key = key or NOTIFY_KEY
+    if not SECRET_NAME.match(name) or not SECRET_KEY.match(key):
+        raise ValueError(
+            f"--notify-secret '{value}': with --target kubeflow, name a Kubernetes secret and "
+            f"optionally its key: NAME[:KEY] (default key '{NOTIFY_KEY}')"
+        )
+    return name, key
+
+
+def _notify_secret(spec: dict, platform: dict, value: str) -> dict:
+    """The exit handler's container gets the webhook URL from the secret."""
+    from components.night_report.message import NOTIFY_VARIABLE
+
+    secret, key = check_notify_secret(value)
+    task = compiled_target.pipeline_tasks(spec)[compiled_target.NIGHT_REPORT_TASK]
+    label = spec["components"][task["componentRef"]["name"]]["executorLabel"]
+    return kfp_platform.add_secret_variable(
+        platform, label, secret=secret, key=key, variable=NOTIFY_VARIABLE
+    )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.common import kfp_platform
+from pipeline.common import compiled_target, kfp_platform
 from pipeline.common.submission import (
     SubmitError,
     container_images,
@@ -70,7 +70,7 @@ class Submission:
     parameters: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def describe(self) -> str:
-        tasks = sorted(self.spec["root"]["dag"]["tasks"])
+        tasks = sorted(compiled_target.pipeline_tasks(self.spec))
         images = container_images(self.spec)
         return "\n".join(
             [

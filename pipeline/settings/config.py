@@ -118,6 +118,9 @@ class PipelineConfig:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     beam_args: tuple[str, ...] = ()
     enable_cache: bool = True
+    # Compiled files: where the exit handler finds the webhook URL (never the URL itself):
+    # a Kubernetes secret NAME[:KEY] (Kubeflow) or a Secret Manager secret name (Vertex).
+    notify_secret: str = ""
     vertex: VertexConfig | None = None
     kubeflow: KubeflowConfig | None = None
     # >1: the local Trainer step runs as this many worker processes (MultiWorkerMirrored).

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from components.contract import RUNTIME_STATE_NODES, TRAINER_NODE
+from pipeline.common import compiled_target
 from pipeline.common.submission import (
     SubmitError,
     container_images,
@@ -51,7 +52,7 @@ def with_caching(job: dict[str, Any], enable_caching: bool | None) -> dict[str, 
     spec = job["pipelineSpec"]
     for component in [spec["root"], *spec.get("components", {}).values()]:
         for name, task in component.get("dag", {}).get("tasks", {}).items():
-            if name in RUNTIME_STATE_NODES:
+            if name in RUNTIME_STATE_NODES or name == compiled_target.NIGHT_REPORT_TASK:
                 task["cachingOptions"] = {"enableCache": False}
             elif enable_caching is not None:
                 task["cachingOptions"] = {"enableCache": enable_caching}
@@ -104,7 +105,7 @@ class Submission:
 
 def _trainer_settings(spec: dict) -> dict:
     """The Vertex Trainer's custom_config as compiled (project, region, CustomJob spec)."""
-    trainer = spec["root"]["dag"]["tasks"].get(TRAINER_NODE, {})
+    trainer = compiled_target.pipeline_tasks(spec).get(TRAINER_NODE, {})
     runtime_value = (
         trainer.get("inputs", {})
         .get("parameters", {})
@@ -173,7 +174,7 @@ def load_submission(
         project=chosen["project"],
         region=chosen["region"],
         pipeline_root=root,
-        tasks=tuple(sorted(spec["root"]["dag"]["tasks"])),
+        tasks=tuple(sorted(compiled_target.pipeline_tasks(spec))),
         images=container_images(spec),
         service_account=service_account or job_spec.get("service_account", ""),
         network=network or job_spec.get("network", ""),

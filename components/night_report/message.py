@@ -1,0 +1,118 @@
+"""Each night's report: one JSON message per run, whatever its outcome, kept in the serving
+folder (`.nights/`, which `status` reads) and delivered to a webhook (`run --notify URL` or
+$CIFAR10_NOTIFY_URL; a compiled file's exit handler, components/night_report).
+
+A webhook that is down or slow costs at most DELIVERY_SECONDS and never changes the night's
+outcome or exit status; the run summary says whether the message was delivered. The URL is
+never printed or stored in clear (it often carries a token): only its host is."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from components.night_facts import NIGHTS_DIR
+
+NOTIFY_VARIABLE = "CIFAR10_NOTIFY_URL"
+LATEST_FILE = "latest.json"
+# Two tries within this many seconds in all (a webhook that is down answers at once; a slow
+# one is cut off), then the night goes on without it.
+DELIVERY_SECONDS = 10.0
+ATTEMPTS = 2
+# Outcomes that page someone: the run did not do what a night should.
+RED_OUTCOMES = (
+    "data_invalid", "drift", "labels", "duplicates", "not_blessed", "served_changed", "failed",
+)  # fmt: skip
+
+
+class NotifyUrlError(ValueError):
+    """The webhook URL cannot be used; the message says why (and shows no secret)."""
+
+
+def check_url(url: str) -> str:
+    """The URL, if a webhook can be called at it: http(s), with a host."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        shown = f"{parts.scheme}://{parts.hostname}" if parts.scheme else "(no scheme)"
+        raise NotifyUrlError(
+            f"the notification URL must be http:// or https:// with a host, got {shown}"
+        )
+    return url
+
+
+def shown(url: str) -> str:
+    """What may be shown of a webhook URL: scheme and host, never its path or query."""
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}/..."
+
+
+def stop_lines(failed: str | None) -> list[str]:
+    """The gate's stop lines from a run's failure text ("  - line" each)."""
+    return [line[4:] for line in (failed or "").splitlines() if line.startswith("  - ")]
+
+
+def message(summary: dict[str, Any], **facts: Any) -> dict[str, Any]:
+    """The night's message from its run summary (run_summary.json as a dict) and `facts`
+    (runner, served_before, served_after, report, and what the summary lacks)."""
+    return {
+        "outcome": summary.get("outcome") or "failed",
+        "failed_step": summary.get("failed_step"),
+        "run_id": summary.get("run_id") or None,
+        "spans": summary.get("spans", []),
+        "eval_accuracy": summary.get("eval_accuracy"),
+        "stops": stop_lines(summary.get("failed")),
+        "error": summary.get("failed"),
+        "log": summary.get("log_file"),
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **facts,
+    }
+
+
+def deliver(url: str, night: dict[str, Any], budget: float = DELIVERY_SECONDS) -> str:
+    """POSTs the message; returns what the summary says: 'delivered to HOST' or 'not
+    delivered to HOST: why'. Never raises for the webhook's sake."""
+    deadline = time.monotonic() + budget
+    body = json.dumps(night).encode()
+    why = "no time left"
+    for _ in range(ATTEMPTS):
+        left = deadline - time.monotonic()
+        if left <= 0.05:
+            break
+        request = urllib.request.Request(
+            url, data=body, method="POST", headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=left) as answer:
+                return f"delivered to {shown(url)} (HTTP {answer.status})"
+        except urllib.error.HTTPError as err:
+            why = f"HTTP {err.code}"
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            why = str(getattr(err, "reason", err)) or type(err).__name__
+    return f"not delivered to {shown(url)}: {why} (within {budget:.0f} s)"
+
+
+def record(serving_model_dir: str, night: dict[str, Any]) -> str:
+    """Keeps the message in the serving folder (`.nights/<time>.json` and `latest.json`,
+    which `status` reads); returns the path of the latest record."""
+    from components import paths
+
+    folder = paths.join(serving_model_dir, NIGHTS_DIR)
+    text = json.dumps(night, indent=1).encode()
+    now = datetime.datetime.now(datetime.timezone.utc)  # two nights in one second: two files
+    stamp = f"{now:%Y%m%dT%H%M%S.%fZ}-{night['outcome']}"
+    for name in (f"{stamp}.json", LATEST_FILE):
+        paths.write_bytes(paths.join(folder, name), text)
+    return paths.join(folder, LATEST_FILE)
+
+
+def latest(serving_model_dir: str) -> dict[str, Any] | None:
+    """The last night's message kept in the serving folder, or None."""
+    from components import paths
+
+    path = paths.join(serving_model_dir, NIGHTS_DIR, LATEST_FILE)
+    return json.loads(paths.read_text(path)) if paths.exists(path) else None
