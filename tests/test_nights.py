@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from pipeline.operations import nights
+from components.night_report import message as nights
 
 from conftest import FAST_TRAINING, cli
 from http_stand_in import serve

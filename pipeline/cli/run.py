@@ -103,7 +103,7 @@ def _no_new_span(output_dir: Path, err: Exception, started: float) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """The run, then its night's report: kept in the serving folder and, with --notify or
     $CIFAR10_NOTIFY_URL, delivered; neither changes the exit status."""
-    from pipeline.operations import nights
+    from components.night_report import message as nights
 
     url = args.notify if args.notify is not None else os.environ.get(nights.NOTIFY_VARIABLE)
     try:
@@ -142,8 +142,8 @@ def _served(output_dir: Path) -> str | None:
 def _report_night(output_dir: Path, night: dict, status: int, url: str | None) -> None:
     """The night's message, from the summary this run wrote (or, for a run refused before
     writing one, its error line), kept in the serving folder and delivered to `url`."""
+    from components.night_report import message as nights
     from pipeline.local.summary import SUMMARY_FILE
-    from pipeline.operations import nights
 
     path = output_dir / SUMMARY_FILE
     mine = _written(output_dir) not in (None, night["summary_before"])

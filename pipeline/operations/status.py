@@ -10,7 +10,7 @@ import re
 import time
 from typing import Any
 
-from pipeline.operations import nights
+from components.night_report import message as nights
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
