@@ -8,7 +8,7 @@ pipeline, CLI, benchmarks, tests) can depend on it cheaply.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 # tf.Example features written by Cifar10ExampleGen and read by every consumer.
 IMAGE_KEY = "image_raw"  # 3,072 bytes: 32x32x3 uint8, row-major HWC
@@ -128,14 +128,6 @@ IMAGE_DIGEST_BYTES = 12
 # run succeeds with outcome `no_new_span`.
 NO_NEW_SPAN_PROPERTY = "no_new_span"
 NO_NEW_SPAN_REASON_PROPERTY = "no_new_span_reason"
-
-
-def newest_served_version(names: Iterable[str], holds_model: Callable[[str], bool]) -> str | None:
-    """The highest numbered folder among `names` for which `holds_model(name)` is true: the
-    version TF Serving serves. Staging folders, half-copied versions and other names are
-    not served. The caller lists and checks, so local paths and gs:// work alike."""
-    served = [n for n in (name.rstrip("/") for name in names) if n.isdigit() and holds_model(n)]
-    return max(served, key=int) if served else None
 
 
 def image_digest(image: bytes) -> bytes:

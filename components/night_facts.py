@@ -20,11 +20,12 @@ RUNNING_DIR = "running"
 NIGHT_KEY_PLACEHOLDER = "{{$.pipeline_job_name}}"
 # On ServedState's output: the folder later steps write their facts to ('' or absent: none).
 FACTS_PROPERTY = "night_facts"
-SERVED, EXAMPLES, GATE, EVALUATION = (
+SERVED, EXAMPLES, GATE, EVALUATION, PUSHER = (
     "ServedState",
     "Cifar10ExampleGen",
     "DataValidationGate",
     "Evaluator",
+    "AtomicPusher",
 )
 
 

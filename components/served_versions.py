@@ -20,7 +20,6 @@ from components.contract import (
     SERVED_SPANS_FILE,
     SERVED_STATE_FILE,
     SERVED_STATISTICS_FILE,
-    newest_served_version,
 )
 from components.paths import exists, join, listdir, read_text
 
@@ -40,12 +39,10 @@ def complete_versions(serving_model_dir: str) -> list[str]:
 
 
 def newest_complete_version(serving_model_dir: str) -> str | None:
-    """The version TF Serving serves: the highest-numbered complete one, or None."""
-    if not serving_model_dir:
-        return None
-    return newest_served_version(
-        listdir(serving_model_dir), lambda name: is_complete(serving_model_dir, name)
-    )
+    """The version TF Serving serves: the highest-numbered complete one, or None. The one
+    answer every reader uses (the served state, the Pusher, predict, status, a rollback)."""
+    versions = complete_versions(serving_model_dir)
+    return versions[-1] if versions else None
 
 
 def version_spans(serving_model_dir: str, version: str) -> dict[int, str]:
@@ -167,7 +164,7 @@ def read_served_state(serving_model_dir: str) -> ServedState:
     for version in versions:  # oldest first: the first version to publish a span names it
         for number, fingerprint in records[version].items():
             published.setdefault(number, (fingerprint, version))
-    newest = versions[-1] if versions else None
+    newest = newest_complete_version(serving_model_dir) if versions else None
     return ServedState(
         serving_model_dir=serving_model_dir,
         version=newest,

@@ -36,7 +36,7 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils
 
-from components import object_store, served_versions
+from components import night_facts, object_store, served_versions
 from components.atomic_pusher import retention
 from components.atomic_pusher.lock import push_lock
 from components.atomic_pusher.staging import (  # noqa: F401 - STAGING_PREFIX, DEAD_AFTER_SECONDS: named here too
@@ -81,8 +81,11 @@ ANY = _Any()  # expected_served for callers that do not know what was served: no
 
 
 def _highest_version(base_directory: str) -> int:
-    """The highest numbered folder (0 when none): the push lock's holder numbers past it."""
-    return max((int(n) for n in served_versions.listdir(base_directory) if n.isdigit()), default=0)
+    """The highest numbered folder, rolled-back ones included (0 when none): the push lock's
+    holder numbers past it, so no number is ever used twice."""
+    aside = served_versions.join(base_directory, served_versions.ROLLED_BACK_DIR)
+    names = served_versions.listdir(base_directory) + served_versions.listdir(aside)
+    return max((int(n) for n in names if n.isdigit()), default=0)
 
 
 def _remove_dead_commits(base_directory: str) -> None:
@@ -280,6 +283,19 @@ def expected_served(input_dict):
     return served_versions.load_served_state(served[0].uri).version if served else ANY
 
 
+# On the PushedModel of a night whose served version changed under it (or whose push lost its
+# lease): the one-line reason. The run's outcome is then `served_changed` (exit status 6 for
+# `run` and `local-kfp`; a compiled night reports it), and the step itself succeeds.
+SERVED_CHANGED_KEY = "served_changed"
+
+
+def _served_changed(input_dict, model_push, changed: ServedVersionChanged) -> None:
+    logging.warning("Nothing pushed: %s", changed)
+    model_push.set_string_custom_property(SERVED_CHANGED_KEY, str(changed))
+    facts = night_facts.facts_dir_of(input_dict.get("served_model") or [])
+    night_facts.write(facts, night_facts.PUSHER, {"served_changed": str(changed)})
+
+
 class Executor(pusher_executor.Executor):
     def deployed(self, input_dict, exec_properties, folder: str, expected) -> list:
         """Files (path, name) a version keeps about where else the model was deployed, after
@@ -299,14 +315,19 @@ class Executor(pusher_executor.Executor):
             return
         expected = expected_served(input_dict)
         kept = _kept(input_dict, model_push.uri)
-        kept += self.deployed(input_dict, exec_properties, model_push.uri, expected)
-        serving_path, version, is_new = publish_version(
-            self.GetModelPath(input_dict),
-            exec_properties[BASE_DIRECTORY_KEY],
-            *kept,
-            expected_served=expected,
-            keep_versions=int(exec_properties.get(KEEP_VERSIONS_KEY) or 0),
-        )  # ServedVersionChanged propagates: the run fails with its one line
+        try:
+            kept += self.deployed(input_dict, exec_properties, model_push.uri, expected)
+            serving_path, version, is_new = publish_version(
+                self.GetModelPath(input_dict),
+                exec_properties[BASE_DIRECTORY_KEY],
+                *kept,
+                expected_served=expected,
+                keep_versions=int(exec_properties.get(KEEP_VERSIONS_KEY) or 0),
+            )
+        except ServedVersionChanged as changed:  # PushLeaseLost too: an outcome, not a failure
+            _served_changed(input_dict, model_push, changed)
+            self._MarkNotPushed(model_push)
+            return
         logging.info(
             "Model version %s %s at %s",
             version,

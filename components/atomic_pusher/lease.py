@@ -42,6 +42,12 @@ class UnsafeStore(object_store.ObjectStoreError):
     """A serving folder where two pushes could both commit: refused."""
 
 
+def next_version(highest: int, last_reserved: int = 0) -> int:
+    """A version is named by its push's Unix time, bumped past the highest numbered folder and
+    the last number reserved, so versions only increase (TF Serving serves the highest)."""
+    return max(int(time.time()), highest + 1, last_reserved + 1)
+
+
 def _owner() -> str:
     return f"{socket.gethostname()} pid {os.getpid()} ({uuid.uuid4().hex[:8]})"
 
@@ -183,7 +189,7 @@ class Lease:
         the lease object before it is returned."""
         with self._guard:
             last = int(self.record.get("last_version", 0))
-            number = max(int(time.time()), highest + 1, last + 1)
+            number = next_version(highest, last)
             if not self._write(last_version=number):
                 raise self._lost(self.lost)
         self.check()

@@ -83,7 +83,7 @@ class _Flocked:
     """The holder of a local flock: never lost; numbers past the highest folder."""
 
     def reserve(self, highest: int) -> int:
-        return max(int(time.time()), highest + 1)
+        return lease.next_version(highest)
 
     def check(self) -> None:
         pass

@@ -58,6 +58,8 @@ def outcome(state: str, kept: dict[str, dict], served_before, served_after) -> t
         return "no_new_span", ""
     if kept.get(night_facts.EVALUATION, {}).get("blessed") is False:
         return "not_blessed", ""
+    if kept.get(night_facts.PUSHER, {}).get("served_changed"):
+        return "served_changed", ""
     if served_after is not None and served_after != served_before:
         return "pushed", ""
     return "failed", "AtomicPusher"
@@ -72,6 +74,8 @@ def compose(status_text: Any, kept: dict[str, dict], served_after, runner: str) 
     error = status["error"]
     if result == "failed" and status["state"] == "SUCCEEDED":
         error = "the run succeeded, blessed a model, and the served version did not change"
+    elif result == "served_changed":
+        error = kept[night_facts.PUSHER]["served_changed"]
     elif gate.get("error"):
         error = gate["error"]
     summary = {

@@ -229,6 +229,9 @@ def _run(args: argparse.Namespace, output_dir: Path, night: dict) -> int:
         night["report"] = str(report_path)
     if facts.blessed is False:
         return exit_status.NOT_BLESSED
+    if facts.outcome == "served_changed":
+        print(f"error: {facts.push.served_changed}", file=sys.stderr)
+        return exit_status.SERVED_CHANGED
     return exit_status.OK
 
 

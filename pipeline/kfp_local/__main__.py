@@ -23,6 +23,9 @@ from pipeline.kfp_local.steps import HostSteps, Step, last_error, run_plan, task
 # The ExampleGen's mark on a night with nothing new (components.contract.NO_NEW_SPAN_PROPERTY
 # and its reason), named here, not imported, since this environment has no TFX.
 NO_NEW_SPAN, NO_NEW_SPAN_REASON = "no_new_span", "no_new_span_reason"
+# The Pusher's mark on a night whose served version changed under it
+# (components.atomic_pusher.executor.SERVED_CHANGED_KEY).
+SERVED_CHANGED = "served_changed"
 
 
 def summary(plan: Plan, done: list[Step], kfp_version: str) -> str:
@@ -142,6 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     if blessing and not blessing.get("blessed"):
         print("outcome        not_blessed")
         return exit_status.NOT_BLESSED  # as `run`: the gate said no, nothing was pushed
+    pushed = next(
+        (s.outputs["pushed_model"] for s in steps.done if "pushed_model" in s.outputs), {}
+    )
+    if pushed.get(SERVED_CHANGED):  # a green step: the night's outcome, as `run` reports it
+        print(f"outcome        served_changed: {pushed[SERVED_CHANGED]}")
+        return exit_status.SERVED_CHANGED
     print("outcome        pushed")
     return exit_status.OK
 

@@ -167,6 +167,8 @@ def outcome(facts: RunSummary, failure: BaseException | None) -> str:
         return "no_new_span"
     if facts.blessed is False:
         return "not_blessed"
+    if facts.push and facts.push.served_changed:
+        return "served_changed"
     return "pushed" if facts.push and facts.push.pushed else "failed"
 
 

@@ -49,6 +49,9 @@ class Push:
     pushed: bool
     pushed_version_dir: str | None
     pushed_new_version: bool
+    # Why nothing was pushed when another version was served meanwhile (outcome
+    # served_changed), else None.
+    served_changed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -357,6 +360,7 @@ def collect(metadata_path: str) -> RunSummary:
             pushed=bool(prop(pushed, "pushed")),
             pushed_version_dir=prop(pushed, "pushed_destination") or None,
             pushed_new_version=bool(prop(pushed, "new_version")),
+            served_changed=prop(pushed, "served_changed") or None,
         ),
         outcome="no_new_span" if nothing_new else None,
     )
