@@ -30,7 +30,11 @@ from components.contract import (
     TRAINER_NODE,
 )
 from components.served_state.component import ServedBaselineEvaluator, ServedState
-from components.trainer.config import CHECKPOINT_ROOT_KEY, LOCAL_WORKERS_KEY
+from components.trainer.config import (
+    CHECKPOINT_ROOT_KEY,
+    LOCAL_WORKERS_KEY,
+    SERVING_MODEL_NAME_KEY,
+)
 from components.trainer.config import CUSTOM_CONFIG_KEY as TRAINING_CONFIG_KEY
 from components.trainer.local_workers import MultiWorkerTrainer
 from components.trainer.nothing_new import PassThroughTrainer
@@ -148,6 +152,7 @@ def _trainer(config: PipelineConfig, examples, schema, served_model):
     training_config = {
         TRAINING_CONFIG_KEY: config.training.to_custom_config(),
         CHECKPOINT_ROOT_KEY: checkpoint_root,
+        SERVING_MODEL_NAME_KEY: config.model_name,
     }
     if config.vertex is not None:
         # Only here: google-cloud-aiplatform takes seconds to import, which local runs skip.

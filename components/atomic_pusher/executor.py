@@ -7,7 +7,9 @@ which is the newest: components/served_versions.py):
 
 1. Stage: copy the model, PUSHED_FROM (the model's path) and the kept files (statistics,
    spans record, training-image index) into `<base>/.staging-<uuid4 hex>/`, whose LEASE is
-   written first.
+   written first. Then the load test (load_test.py): the staged copy loaded in a fresh
+   process, its warmup records replayed and their answers compared with the Trainer's; a
+   version that fails is LoadTestFailed, its staging removed, nothing committed.
 2. Commit, under the serving folder's push lock (`<base>/.push.lock`): remove the staging
    folders of earlier commits (marked COMMIT: ended, died or lost the lock), then numbered
    folders without saved_model.pb (commits that died or lost the lock midway);
@@ -38,6 +40,7 @@ from tfx.utils import io_utils
 
 from components import night_facts, object_store, served_versions
 from components.atomic_pusher import retention
+from components.atomic_pusher.load_test import LoadTestFailed, load_test  # noqa: F401
 from components.atomic_pusher.lock import push_lock
 from components.atomic_pusher.staging import (  # noqa: F401 - STAGING_PREFIX, DEAD_AFTER_SECONDS: named here too
     COMMIT_FILE,
@@ -70,6 +73,9 @@ KEEP_VERSIONS_KEY = "keep_versions"
 # so pushing the same model again (a rerun with a new blessing) adds no new version.
 SOURCE_FILE = "PUSHED_FROM"
 NEW_VERSION_KEY = "new_version"
+# On the PushedModel: how the staged version's load test went ("passed: ...", "skipped: ...";
+# absent when no copy was staged: the model was served already).
+LOAD_TEST_KEY = "load_test"
 
 
 class _Any:
@@ -162,10 +168,13 @@ def publish_version(
     *kept: tuple[str, str],
     expected_served=ANY,
     keep_versions: int = 0,
+    check=None,
 ) -> tuple[str, str, bool]:
     """Copies a SavedModel to `<base>/<version>/`, loadable only once complete (the module's
     docstring has the protocol). `expected_served`: the newest complete version the run read
-    at its start (None: nothing was served), or ANY to skip that check.
+    at its start (None: nothing was served), or ANY to skip that check. `check(staging)`,
+    when given, judges the staged copy before the lock is taken (the load test); what it
+    raises stops the push with nothing committed.
 
     Returns (path, version, is_new); is_new is False when that model is already served.
     After a new version, the oldest beyond `keep_versions` go (retention.prune; 0: none).
@@ -178,6 +187,8 @@ def publish_version(
         return served
     with staging_folder(base_directory) as staging:
         copy_to_staging(model_path, staging, *kept)
+        if check is not None:
+            check(staging)
         with push_lock(base_directory) as held:
             _remove_dead_commits(base_directory)
             served = _served_already(base_directory, model_path, expected_served)
@@ -315,6 +326,7 @@ class Executor(pusher_executor.Executor):
             return
         expected = expected_served(input_dict)
         kept = _kept(input_dict, model_push.uri)
+        tested = []
         try:
             kept += self.deployed(input_dict, exec_properties, model_push.uri, expected)
             serving_path, version, is_new = publish_version(
@@ -323,11 +335,15 @@ class Executor(pusher_executor.Executor):
                 *kept,
                 expected_served=expected,
                 keep_versions=int(exec_properties.get(KEEP_VERSIONS_KEY) or 0),
-            )
+                check=lambda staging: tested.append(load_test(staging)),
+            )  # LoadTestFailed propagates: the run fails with its one line (exit status 9)
         except ServedVersionChanged as changed:  # PushLeaseLost too: an outcome, not a failure
             _served_changed(input_dict, model_push, changed)
             self._MarkNotPushed(model_push)
             return
+        if tested:
+            logging.info("Load test of the staged version %s", tested[0])
+            model_push.set_string_custom_property(LOAD_TEST_KEY, tested[0])
         logging.info(
             "Model version %s %s at %s",
             version,

@@ -14,7 +14,7 @@ from components.night_report.message import message
 # tests/test_night_report.py keeps the two in step).
 EXIT_STATUS = {
     "pushed": 0, "no_new_span": 0, "failed": 1, "data_invalid": 3, "drift": 3, "labels": 3,
-    "duplicates": 3, "not_blessed": 4, "served_changed": 6,
+    "duplicates": 3, "not_blessed": 4, "served_changed": 6, "load_test_failed": 9,
 }  # fmt: skip
 # The gate's error class -> the night's outcome (components/validation_gate/checks.py).
 GATE_OUTCOMES = {

@@ -26,7 +26,8 @@ DELIVERY_SECONDS = 10.0
 ATTEMPTS = 2
 # Outcomes that page someone: the run did not do what a night should.
 RED_OUTCOMES = (
-    "data_invalid", "drift", "labels", "duplicates", "not_blessed", "served_changed", "failed",
+    "data_invalid", "drift", "labels", "duplicates", "not_blessed", "served_changed",
+    "load_test_failed", "failed",
 )  # fmt: skip
 
 

@@ -18,6 +18,9 @@ CHECKPOINT_ROOT_KEY = "checkpoint_root"
 # custom_config key of how many local worker processes run the Trainer step
 # (`run --workers N`, components/trainer/local_workers.py); absent: one, in-process.
 LOCAL_WORKERS_KEY = "local_workers"
+# custom_config key of the serving folder's model name (`<serving_dir>/<model_name>/`), which
+# the warmup records' PredictRequests name (components/warmup.py).
+SERVING_MODEL_NAME_KEY = "serving_model_name"
 
 STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "default")
 MODELS = ("airbench", "airbench94", "seed_cnn")

@@ -24,7 +24,7 @@ import os
 import numpy as np
 from absl import logging
 
-from components import drift, label_agreement, object_store, reference_images
+from components import drift, label_agreement, object_store, reference_images, warmup
 from components.contract import (
     CLASSES_KEY,
     EMBEDDINGS_KEY,
@@ -234,7 +234,9 @@ def export_serving_model(
     export_dir: str,
     test_time_augmentation: str = "flip",
     max_image_pixels: int = MAX_IMAGE_PIXELS,
-) -> None:
+) -> ServingModule:
+    """Saves the SavedModel to `export_dir`; returns the module whose functions it saved
+    (its `serve_images` is the exported `serving_default`)."""
     module = ServingModule(network, test_time_augmentation, max_image_pixels)
     # The functions, not concrete functions traced here: saving traces every function
     # again in its own context, so tracing them beforehand doubled the work (export of the
@@ -256,6 +258,20 @@ def export_serving_model(
                 EXAMPLES_SIGNATURE: module.serve_examples,
             },
         )
+    return module
+
+
+def write_warmup_requests(
+    module: ServingModule, images: np.ndarray, export_dir: str, model_name: str
+) -> int:
+    """TF Serving's warmup records and the export's answers to them (components/warmup.py)
+    into the export's assets.extra/; the number of records (0: not written, and why logged).
+    A failure here never fails the Trainer: the version is then pushed without them."""
+    try:
+        return warmup.write(module.serve_images, images, export_dir, model_name)
+    except Exception as err:  # the model is exported and good; warmup is an extra
+        logging.warning("No warmup records written: %s", err)
+        return 0
 
 
 def _one_view(

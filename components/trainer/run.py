@@ -14,10 +14,11 @@ import numpy as np
 from absl import logging
 from tfx.components.trainer.fn_args_utils import FnArgs
 
+from components import warmup
 from components.contract import TRAINING_SUMMARY_FILE
 from components.trainer import data, export, flops, model, train, warm_start
 from components.trainer.callbacks import checkpoint_dir
-from components.trainer.config import CHECKPOINT_ROOT_KEY, TrainingConfig
+from components.trainer.config import CHECKPOINT_ROOT_KEY, SERVING_MODEL_NAME_KEY, TrainingConfig
 from components.trainer.keras import keras, tf
 from components.trainer.training_summary import TrainingSummary
 
@@ -61,7 +62,7 @@ def run_fn(fn_args: FnArgs) -> None:
             weights_digest(serving_network),
         )
         if worker.is_chief:  # the chief exports and reports; the others leave nothing
-            export.export_serving_model(
+            module = export.export_serving_model(
                 serving_network, fn_args.serving_model_dir, run.recipe.test_time_augmentation
             )
             # The shift baselines on the reference images, which a warm start carries
@@ -74,6 +75,9 @@ def run_fn(fn_args: FnArgs) -> None:
                 *split["eval"],
                 fn_args.serving_model_dir,
                 shift_images=kept.images,
+            )
+            export.write_warmup_requests(
+                module, kept.images, fn_args.serving_model_dir, _model_name(fn_args)
             )
             if source is not None:
                 warm_start.record_lineage(fn_args.serving_model_dir, source)
@@ -121,6 +125,11 @@ def _warm_start(config: TrainingConfig, base_model: str | None):
         tuned.learning_rate,
     )
     return tuned, source, ""
+
+
+def _model_name(fn_args: FnArgs) -> str:
+    """The serving folder's model name, for the warmup records' ModelSpec."""
+    return (fn_args.custom_config or {}).get(SERVING_MODEL_NAME_KEY) or warmup.DEFAULT_MODEL_NAME
 
 
 def weights_digest(network: keras.Model) -> str:

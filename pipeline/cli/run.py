@@ -172,6 +172,7 @@ def _run(args: argparse.Namespace, output_dir: Path, night: dict) -> int:
     """The run itself; `night` gets the error line of a run that stopped with one."""
     from components.cifar10_example_gen.sources import SourceError
     from components.cifar10_example_gen.spans import NoNewSpan, SpanError
+    from components.load_test import LoadTestFailed
     from components.served_versions import ServedVersionChanged
     from components.trainer.hardware import PrecisionError
     from components.validation_gate.checks import DataValidationError
@@ -186,6 +187,7 @@ def _run(args: argparse.Namespace, output_dir: Path, night: dict) -> int:
         (local_runner.OutputDirError, exit_status.BAD_INPUT),
         (DataValidationError, exit_status.DATA_INVALID),
         (ServedVersionChanged, exit_status.SERVED_CHANGED),
+        (LoadTestFailed, exit_status.LOAD_TEST_FAILED),
     )
     checking = time.time()
     try:

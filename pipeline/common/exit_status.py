@@ -10,3 +10,4 @@ LOST_CONTACT = 5  # submitted, but `submit --wait` lost contact; the job may sti
 SERVED_CHANGED = 6  # another version was pushed during the run; nothing pushed, rerun
 STALE = 7  # status: nothing served, or the served version is older than --max-age
 LAST_NIGHT_RED = 8  # status: the last night's outcome was red (see nights.RED_OUTCOMES)
+LOAD_TEST_FAILED = 9  # the staged version failed its load test; nothing pushed, served stays

@@ -144,6 +144,8 @@ def render(summary: RunSummary) -> str:
         if summary.push.pushed:
             note = "" if summary.push.pushed_new_version else " (already served; no new version)"
             lines.append(f"pushed         {summary.push.pushed_version_dir}{note}")
+            if summary.push.load_test:
+                lines.append(f"load test      {summary.push.load_test}")
         else:
             lines.append("pushed         nothing (the previously served version stays)")
     lines.append(f"outcome        {summary.outcome}")

@@ -145,6 +145,7 @@ def _logs_to_file(path: Path) -> Iterator[None]:
 
 def outcome(facts: RunSummary, failure: BaseException | None) -> str:
     """How a run ended, for schedulers and people: the run summary's `outcome`."""
+    from components.load_test import LoadTestFailed
     from components.served_versions import ServedVersionChanged
     from components.validation_gate import checks
 
@@ -157,6 +158,7 @@ def outcome(facts: RunSummary, failure: BaseException | None) -> str:
         (checks.DuplicatesError, "duplicates"),
         (checks.DataValidationError, "data_invalid"),
         (ServedVersionChanged, "served_changed"),
+        (LoadTestFailed, "load_test_failed"),
     )
     for error, name in named:
         if any(isinstance(c, error) for c in causes):

@@ -52,6 +52,9 @@ class Push:
     # Why nothing was pushed when another version was served meanwhile (outcome
     # served_changed), else None.
     served_changed: str | None = None
+    # How the staged version's load test went (components/atomic_pusher/load_test.py):
+    # "passed: ... in N s", "skipped: ..."; None when nothing was staged.
+    load_test: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,8 +81,9 @@ class RunSummary:
     data_comparison: dict[str, Any] | None = None
     # The span numbers ingested (0: a plain source), the served version folder the Trainer
     # warm-started from (None: from scratch), and how the run ended: pushed, not_blessed,
-    # data_invalid, drift, labels, duplicates, served_changed, no_new_span, or failed (in
-    # `failed_step`). `notification`: whether the night's report reached --notify's webhook.
+    # data_invalid, drift, labels, duplicates, served_changed, load_test_failed, no_new_span,
+    # or failed (in `failed_step`). `notification`: whether the night's report reached
+    # --notify's webhook.
     spans: list[int] = field(default_factory=list)
     warm_start_from: str | None = None
     outcome: str | None = None
@@ -361,6 +365,7 @@ def collect(metadata_path: str) -> RunSummary:
             pushed_version_dir=prop(pushed, "pushed_destination") or None,
             pushed_new_version=bool(prop(pushed, "new_version")),
             served_changed=prop(pushed, "served_changed") or None,
+            load_test=prop(pushed, "load_test") or None,
         ),
         outcome="no_new_span" if nothing_new else None,
     )

@@ -1,0 +1,74 @@
+"""The Pusher's load test of its staged copy, before the commit (components/load_test.py has
+what it checks): in a fresh Python process, so the version is loaded as a server loads it,
+from its files alone, with nothing this process already holds (a loaded graph, restored
+variables) standing in. A version that fails is not pushed: LoadTestFailed, the staging
+folder removed, the served version untouched (outcome `load_test_failed`, exit status 9).
+
+A version without warmup records (a model exported before them, or on a stack without
+tensorflow-serving-api) is pushed without the test, and the Pusher says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from tfx.dsl.io import fileio
+
+import components
+from components import warmup
+from components.load_test import LoadTestFailed
+
+# A fresh process imports TensorFlow (2-3 s) and loads the model (about 1 s); a process that
+# takes this long is stuck, and the version is not pushed.
+TIMEOUT_SECONDS = 300
+
+
+def _child_env() -> dict[str, str]:
+    """This process's environment with this code first on the path (the child runs the
+    same `components`), and no accelerator: a server's load is judged on CPU."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(components.__file__)))
+    path = os.environ.get("PYTHONPATH", "")
+    return {
+        **os.environ,
+        "PYTHONPATH": root + (os.pathsep + path if path else ""),
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+
+
+def load_test(staged: str, timeout: float = TIMEOUT_SECONDS) -> str:
+    """Runs the test on the staged folder: one line saying how it went (records, largest
+    difference, seconds end to end) when it passed or was skipped; LoadTestFailed when not."""
+    if not fileio.exists(os.path.join(staged, warmup.WARMUP_FILE)):
+        return "skipped: the model has no warmup records"
+    started = time.time()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "components.load_test", staged],
+            capture_output=True,
+            text=True,
+            env=_child_env(),
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise LoadTestFailed(f"load test: no answer within {timeout:g} s; nothing pushed") from None
+    seconds = time.time() - started
+    lines = done.stdout.strip().splitlines()
+    try:
+        result = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        result = {"passed": False, "reason": f"the process ended ({done.returncode}): {tail}"}
+    if not result.get("passed") or done.returncode != 0:
+        raise LoadTestFailed(
+            f"the staged version failed its load test ({result.get('reason')}); "
+            "nothing pushed, the served version stays"
+        )
+    return (
+        f"passed: {result['records']} warmup records ({result['images']} images) replayed, "
+        f"largest difference "
+        f"{result['max_difference']:.2g}, in {seconds:.1f} s (a fresh process, end to end)"
+    )

@@ -1,0 +1,184 @@
+"""Load-tested before it is visible (issue 62 item 3): the export carries TF Serving's warmup
+records and its own answers to them, and the Pusher loads the staged copy in a fresh process,
+replays the records and refuses a version whose variables are damaged or whose answers
+changed, leaving the served version as it was."""
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow_serving.apis import prediction_log_pb2
+from test_atomic_pusher import _push, _versions
+from tfx.types import standard_artifacts
+
+from components import warmup
+from components.atomic_pusher import executor as pusher
+from components.atomic_pusher import load_test
+from components.contract import IMAGES_SIGNATURE
+from components.trainer import export
+from components.trainer.keras import keras
+
+PASSED = "passed: 8 warmup records (100 images) replayed"
+
+
+def _network(seed: int) -> keras.Model:
+    """Untrained, but shaped like the real thing: uint8 [N,32,32,3] -> 10 logits."""
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential(
+        [
+            keras.layers.Input((32, 32, 3), dtype="uint8"),
+            keras.layers.Rescaling(1 / 255),
+            keras.layers.Flatten(),
+            keras.layers.Dense(10),
+        ]
+    )
+
+
+def _images(count: int = 300) -> np.ndarray:
+    return np.random.default_rng(0).integers(0, 256, (count, 32, 32, 3), dtype=np.uint8)
+
+
+def _exported(folder: Path, seed: int) -> Path:
+    """A SavedModel as the Trainer leaves it: the export, then its warmup records."""
+    module = export.export_serving_model(_network(seed), str(folder))
+    assert export.write_warmup_requests(module, _images(), str(folder), "cifar10") == 100
+    return folder
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("exported")
+    return {seed: _exported(root / f"model-{seed}", seed) for seed in (1, 2)}
+
+
+def test_the_warmup_file_is_tf_servings_format_for_this_signature(exported):
+    path = exported[1] / warmup.WARMUP_FILE
+    records = [r.numpy() for r in tf.data.TFRecordDataset(str(path))]
+    assert 0 < len(records) <= 1000 and len(records) == len(warmup.BATCH_SIZES) + 1
+    loaded = tf.saved_model.load(str(exported[1]))
+    inputs = set(loaded.signatures[IMAGES_SIGNATURE].structured_input_signature[1])
+    images = 0
+    for record in records:
+        log = prediction_log_pb2.PredictionLog.FromString(record)
+        assert log.WhichOneof("log_type") == "predict_log"
+        request = log.predict_log.request
+        assert request.model_spec.name == "cifar10"
+        assert request.model_spec.signature_name == IMAGES_SIGNATURE
+        assert request.model_spec.signature_name in loaded.signatures
+        assert set(request.inputs) == inputs
+        payloads = tf.make_ndarray(request.inputs["images"])
+        assert {tf.io.decode_png(p).shape for p in payloads} == {(32, 32, 3)}
+        images += len(payloads)
+    kept = warmup.read_answers(str(exported[1]))
+    assert images == warmup.WARMUP_IMAGES and kept.shape == (images, 10)
+
+
+def test_the_load_test_passes_a_good_version(exported, tmp_path):
+    staged = tmp_path / "staged"
+    shutil.copytree(exported[1], staged)
+    said = load_test.load_test(str(staged))
+    assert said.startswith(PASSED), said
+
+
+def _model_artifact(tmp_path, source: Path, name: str):
+    model = standard_artifacts.Model()
+    model.uri = str(tmp_path / name)
+    shutil.copytree(source, tmp_path / name / "Format-Serving")
+    return model
+
+
+def _truncate_variables(model) -> None:
+    folder = Path(model.uri) / "Format-Serving" / "variables"
+    [data] = [p for p in folder.iterdir() if p.name.startswith("variables.data-")]
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+
+
+def _swap_weights(model, other: Path) -> None:
+    """The model's variables replaced by another network's: its answers are no longer the
+    ones the Trainer kept."""
+    folder = Path(model.uri) / "Format-Serving" / "variables"
+    shutil.rmtree(folder)
+    shutil.copytree(other / "variables", folder)
+
+
+@pytest.mark.parametrize("damage", ["truncated variables", "changed model"])
+def test_a_version_that_fails_its_load_test_is_not_pushed(exported, tmp_path, damage):
+    base = tmp_path / "serving" / "cifar10"
+    first = _push(tmp_path, _model_artifact(tmp_path, exported[1], "first"), True, base)
+    [served] = _versions(base)
+    assert first.get_string_custom_property(pusher.LOAD_TEST_KEY).startswith(PASSED)
+    bad = _model_artifact(tmp_path, exported[1], "second")
+    if damage == "truncated variables":
+        _truncate_variables(bad)
+    else:
+        _swap_weights(bad, exported[2])
+    with pytest.raises(pusher.LoadTestFailed, match="nothing pushed, the served version stays"):
+        _push(tmp_path, bad, True, base)
+    assert _versions(base) == [served]
+    assert not [n for n in os.listdir(base) if n.startswith(pusher.STAGING_PREFIX)]
+    served_files = {p.name for p in (base / served).iterdir()}
+    assert {"saved_model.pb", "variables", "assets.extra"} <= served_files
+
+
+def test_a_model_without_warmup_records_is_pushed_and_says_so(tmp_path):
+    from test_atomic_pusher import _model
+
+    pushed = _push(tmp_path, _model(tmp_path), True, tmp_path / "serving" / "cifar10")
+    assert pushed.get_string_custom_property(pusher.LOAD_TEST_KEY).startswith("skipped")
+
+
+def test_answers_that_differ_beyond_the_tolerance_are_refused():
+    from components.load_test import TOLERANCE, compare
+
+    kept = np.array([[0.7, 0.2, 0.1], [0.5, 0.5 - TOLERANCE / 2, 0.0]], np.float32)
+    assert compare(kept + TOLERANCE / 4, kept) <= TOLERANCE
+    tie = kept[:, [1, 0, 2]].copy()  # the second record's top class flips within rounding
+    tie[0] = kept[0]
+    assert compare(tie, kept) <= TOLERANCE
+    with pytest.raises(ValueError, match="change their top class"):
+        compare(kept[:, [1, 0, 2]], kept)
+    with pytest.raises(ValueError, match="differs by"):
+        compare(kept + 10 * TOLERANCE, kept)
+
+
+def test_a_pipeline_run_pushes_a_load_tested_version_with_its_warmup_records(first_run):
+    """One `run` on tiny data: the pushed version holds the warmup records, and the summary
+    and the printed report say the load test passed, with its time."""
+    out, summary, done = first_run
+    version = Path(summary["pushed_version_dir"])
+    assert (version / warmup.WARMUP_FILE).is_file() and (version / warmup.ANSWERS_FILE).is_file()
+    assert summary["load_test"].startswith(PASSED)
+    assert " s (a fresh process, end to end)" in summary["load_test"]
+    assert f"load test      {summary['load_test']}" in done.stdout
+
+
+def test_a_failed_load_test_is_its_own_outcome_and_exit_status(tmp_path, monkeypatch, capsys):
+    """`load_test_failed` in the summary, exit status 9, even wrapped by the orchestrator."""
+    from types import SimpleNamespace
+
+    from components.load_test import LoadTestFailed
+    from pipeline.cli import run as cli_run
+    from pipeline.common import exit_status
+    from pipeline.local import runner
+    from pipeline.local.summary import RunSummary
+    from pipeline.operations import nights
+
+    failure = RuntimeError("the AtomicPusher execution failed")
+    failure.__cause__ = LoadTestFailed("the staged version failed its load test (...)")
+    facts = RunSummary(run_id="", record_counts={}, stage_seconds={}, stage_states={}, artifacts={})
+    assert runner.outcome(facts, failure) == "load_test_failed" in nights.RED_OUTCOMES
+    prepared = (
+        SimpleNamespace(source_uri="/data"),
+        SimpleNamespace(numbers=[0], counts={"train": 1, "test": 1}),
+    )
+    monkeypatch.setattr(cli_run, "_prepared", lambda *_: prepared)
+
+    def run(*_):
+        raise failure
+
+    monkeypatch.setattr(runner, "run", run)
+    assert cli_run._run(SimpleNamespace(), tmp_path, {}) == exit_status.LOAD_TEST_FAILED == 9
+    assert "failed its load test" in capsys.readouterr().err
