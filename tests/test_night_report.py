@@ -87,6 +87,7 @@ def test_the_exit_statuses_are_runs():
         "data_invalid": exit_status.DATA_INVALID, "drift": exit_status.DATA_INVALID,
         "labels": exit_status.DATA_INVALID, "duplicates": exit_status.DATA_INVALID,
         "not_blessed": exit_status.NOT_BLESSED, "served_changed": exit_status.SERVED_CHANGED,
+        "load_test_failed": exit_status.LOAD_TEST_FAILED,
     }  # fmt: skip
 
 
