@@ -160,11 +160,11 @@ def test_a_failed_load_test_is_its_own_outcome_and_exit_status(tmp_path, monkeyp
     from types import SimpleNamespace
 
     from components.load_test import LoadTestFailed
+    from components.night_report import message as nights
     from pipeline.cli import run as cli_run
     from pipeline.common import exit_status
     from pipeline.local import runner
     from pipeline.local.summary import RunSummary
-    from components.night_report import message as nights
 
     failure = RuntimeError("the AtomicPusher execution failed")
     failure.__cause__ = LoadTestFailed("the staged version failed its load test (...)")
