@@ -71,11 +71,14 @@ def write_bytes(path: str, data: bytes) -> None:
 
 
 def remove_tree(path: str) -> None:
-    """Removes a folder and all under it; nothing when it does not exist."""
-    if is_remote(path):
+    """A folder and all under it (nothing when it does not exist); on s3:// also the folder
+    entry SeaweedFS leaves (object_store.remove_tree). The one way every module removes one."""
+    if object_store.is_s3(path):
+        object_store.remove_tree(path)
+    elif is_remote(path):
         if exists(path):
             _gfile(path).rmtree(path)
-        return
-    import shutil
+    elif os.path.isdir(path):
+        import shutil
 
-    shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(path)

@@ -50,7 +50,6 @@ from components.atomic_pusher.staging import (  # noqa: F401 - STAGING_PREFIX, D
     clear_committing,
     clear_dead_staging,
     mark_committing,
-    remove_tree,
     staging_folder,
 )
 from components.contract import (
@@ -64,6 +63,7 @@ from components.contract import (
     pack_digests,
     unpack_digests,
 )
+from components.paths import remove_tree
 from components.served_versions import PushLeaseLost, ServedVersionChanged
 from components.tfx_files import statistics_file
 

@@ -7,9 +7,9 @@ removal that dies midway leaves a folder that is not complete, which the next pu
 from __future__ import annotations
 
 from components import paths, served_versions
-from components.atomic_pusher.staging import remove_tree
 from components.contract import MIN_KEEP_VERSIONS as MIN_KEEP
 from components.contract import SAVED_MODEL_FILE
+from components.paths import remove_tree
 
 
 def protected(base_directory: str, versions: list[str]) -> set[str]:

@@ -20,8 +20,8 @@ import socket
 
 from components import object_store, paths, served_versions
 from components.atomic_pusher.lock import push_lock
-from components.atomic_pusher.staging import remove_tree
 from components.contract import SAVED_MODEL_FILE
+from components.paths import remove_tree
 
 
 class RollbackError(ValueError):

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from tfx.dsl.io import fileio
 
 from components import object_store, served_versions
+from components.paths import remove_tree
 
 STAGING_PREFIX = ".staging-"
 LEASE_FILE = "LEASE"
@@ -53,7 +54,7 @@ def staging_folder(base_directory: str) -> Iterator[str]:
     finally:
         with contextlib.suppress(fileio.NotFoundError):
             if object_store.is_s3(staging):
-                object_store.remove_tree(staging)  # its folder entry too
+                remove_tree(staging)  # its folder entry too on s3://
             elif fileio.exists(staging):
                 fileio.rmtree(staging)
         if held is not None:
@@ -126,14 +127,6 @@ def clear_dead_staging(base_directory: str) -> None:
         if name.startswith(STAGING_PREFIX) and is_dead(staging):
             with contextlib.suppress(fileio.NotFoundError):  # another push removed it first
                 remove_tree(staging)
-
-
-def remove_tree(path: str) -> None:
-    """A folder and all under it; on s3:// also the folder entry SeaweedFS leaves."""
-    if object_store.is_s3(path):
-        object_store.remove_tree(path)
-    else:
-        fileio.rmtree(path)
 
 
 def mark_committing(staging: str, version: str) -> None:
