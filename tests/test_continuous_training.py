@@ -164,3 +164,36 @@ def test_a_different_network_trains_from_scratch_and_says_why(spans_run, tmp_pat
     assert facts["warm_start_from"] is None
     assert facts["warm_start_note"].startswith("the served network has ")
     assert "warm start     none, from scratch: the served network has " in done.stdout
+
+
+def test_a_rolled_back_version_stays_out_on_the_next_nights(tiny_archive, tmp_path):
+    """Issue 62: at dd83add a version moved out of the serving folder by hand was retrained
+    from its span and pushed again the next night. After `rollback`, the next night on the
+    same spans trains nothing and names the rollback, `predict` serves the version before,
+    and `--force` retrains."""
+    root = tmp_path / "data"
+    (root / "span-1").mkdir(parents=True)
+    shutil.copy(tiny_archive, root / "span-1" / "cifar.tar.gz")
+    out = tmp_path / "out"
+    common = ["--data", root, "--output-dir", out, "--accuracy-gate", "0", *FAST_TRAINING]
+    assert cli("run", *common).returncode == 0
+    [first] = versions(out)
+    span_two(root / "span-2" / "cifar.tar.gz")
+    second = cli("run", *common, "--max-regression", "1")
+    assert second.returncode == 0, second.stderr[-3000:]
+    [_, bad] = versions(out)
+    rolled = cli("rollback", "--output-dir", out, "--reason", "span 2 labels were wrong")
+    assert rolled.returncode == 0, rolled.stderr
+    assert versions(out) == [first]
+    night = cli("run", *common)
+    assert night.returncode == 0, night.stderr[-3000:]
+    assert f"span-2 trained version {bad}, which was rolled back" in night.stdout
+    assert "span 2 labels were wrong" in night.stdout and versions(out) == [first]
+    assert _summary(out)["outcome"] == "no_new_span"
+    served = cli("predict", "--samples", "2", "--model-dir", out)
+    assert (
+        served.returncode == 0 and f"Model: {out / 'serving' / 'cifar10' / first}" in served.stderr
+    )
+    forced = cli("run", *common, "--force", "--max-regression", "1")
+    assert forced.returncode == 0, forced.stderr[-3000:]
+    assert len(versions(out)) == 2 and bad not in versions(out)

@@ -489,3 +489,35 @@ def test_the_vertex_file_on_a_night_with_nothing_new_succeeds(kubeflow_push, tmp
     for name in BEFORE_TRAINING:
         assert f"  {name:<22} SUCCESS" in done.stdout, done.stdout
     assert "outcome        no_new_span: no new span: served version " in done.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.kfp_local_run
+@pytest.mark.xdist_group("kfp_local")
+def test_two_nights_at_once_on_one_store_end_pushed_and_served_changed(
+    kubeflow_file, tiny_archive, tmp_path
+):
+    """Issue 64: at dd83add the night that lost the race failed its AtomicPusher step (a red
+    run). Both nights read "nothing served"; whichever commits first pushes, the other ends
+    with outcome served_changed (exit 6), every step green, and the one version is whole."""
+    import concurrent.futures
+    import time
+
+    data = tmp_path / "data"
+    (data / "span-1").mkdir(parents=True)
+    shutil.copy(tiny_archive, data / "span-1" / "cifar.tar.gz")
+    out = tmp_path / "out"
+
+    def night(delay: float) -> subprocess.CompletedProcess:
+        time.sleep(delay)  # each night its own log folder (named by the second it starts)
+        return _local_kfp(kubeflow_file, data, out)
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        done = list(pool.map(night, (0.0, 2.0)))
+    codes = sorted(d.returncode for d in done)
+    assert codes == [0, 6], [d.stderr[-2000:] for d in done]
+    lost = next(d for d in done if d.returncode == 6)
+    assert "outcome        served_changed: served version changed during this run" in lost.stdout
+    assert "FAILED" not in lost.stdout and "  AtomicPusher           SUCCESS" in lost.stdout
+    [version] = [out / "serving" / "cifar10" / v for v in versions(out)]
+    assert (version / "saved_model.pb").is_file() and (version / "variables").is_dir()
