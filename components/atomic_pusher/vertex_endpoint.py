@@ -26,9 +26,9 @@ from tfx.utils import io_utils
 from components import served_versions
 from components.atomic_pusher.component import AtomicPusher, AtomicPusherSpec
 from components.atomic_pusher.executor import ANY, Executor, ServedVersionChanged
+from components.contract import ENDPOINT_FILE
 
 VERTEX_SERVING_KEY = "vertex_serving"  # JSON: project, region, endpoint, image, machine_type
-ENDPOINT_FILE = "endpoint.json"
 
 
 def deploy(model_path: str, settings: dict) -> dict:
