@@ -193,3 +193,15 @@ def test_rolling_back_to_a_version_never_deployed_is_refused(tmp_path, fake_endp
     assert "the endpoint would serve nothing the folder names" in err
     assert len(err.strip().splitlines()) == 1 and _listing(base) == before
     assert _FakeEndpoints.requests == []
+
+
+def test_versions_on_two_endpoints_are_refused(serving, fake_endpoints, capsys):
+    other = ENDPOINT.replace("/777", "/888")
+    ids = json.loads((serving / "300" / "endpoint.json").read_text())
+    (serving / "300" / "endpoint.json").write_text(json.dumps({**ids, "endpoint": other}))
+    before = _listing(serving)
+    assert _rollback(serving, fake_endpoints) == 2
+    err = capsys.readouterr().err
+    assert f"version 300 was deployed to endpoint {other}, version 200 to {ENDPOINT}" in err
+    assert len(err.strip().splitlines()) == 1 and _listing(serving) == before
+    assert _FakeEndpoints.requests == []
