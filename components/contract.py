@@ -119,6 +119,10 @@ WARM_START_FILE = "warm_started_from.json"
 # the ExampleGen's Examples (its train split): the images trained on, as sorted image_digest
 # values back to back. The next run drops eval images found in the served version's.
 SERVED_IMAGES_FILE = "training_images.bin"
+# Beside saved_model.pb in a version deployed to a Vertex AI endpoint (`compile --endpoint`):
+# the endpoint, model and deployed-model resource ids (JSON), which a rollback reads to move
+# the endpoint's traffic back to the version it serves again.
+ENDPOINT_FILE = "endpoint.json"
 # In the ExampleGen's Examples: the eval images it dropped (JSON: copies_of_train,
 # seen_by_served, None when not checked, and why not).
 EVAL_DROPPED_FILE = "eval_dropped.json"

@@ -15,6 +15,7 @@ import dataclasses
 import json
 
 from components.contract import (
+    ENDPOINT_FILE,
     SAVED_MODEL_FILE,
     SERVED_IMAGES_FILE,
     SERVED_SPANS_FILE,
@@ -49,6 +50,13 @@ def version_spans(serving_model_dir: str, version: str) -> dict[int, str]:
     """{span: fingerprint} a version was trained on, its starting model's spans included
     (the Pusher records both); {} for a version that records none."""
     return read_spans_record(join(serving_model_dir, version, SERVED_SPANS_FILE))
+
+
+def version_endpoint(serving_model_dir: str, version: str) -> dict | None:
+    """The Vertex AI deployment a version records (ENDPOINT_FILE: endpoint, model,
+    deployed_model_id), or None for a version that was not deployed to an endpoint."""
+    path = join(serving_model_dir, version, ENDPOINT_FILE)
+    return json.loads(read_text(path)) if exists(path) else None
 
 
 def read_spans_record(record: str) -> dict[int, str]:

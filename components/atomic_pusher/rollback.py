@@ -7,7 +7,13 @@ retrained unattended (spans.check_not_stale).
 Taking a version out: its record first, then its files aside, then its saved_model.pb removed
 from the serving folder (the moment it stops counting as complete: the commit point, as for a
 push), then the rest. On a local disk the folder is renamed in one step. A rollback that dies
-midway leaves a numbered folder without saved_model.pb, which the next push removes."""
+midway leaves a numbered folder without saved_model.pb, which the next push removes.
+
+A version deployed to a Vertex AI endpoint (`compile --endpoint`, ENDPOINT_FILE beside it) is
+rolled back on the endpoint too, first: all its traffic goes to the deployed model of the
+version served after, in one call (vertex_endpoint.serve_only), before any folder moves, so
+a refused call leaves the endpoint and the folder as they were. The rolled-back deployed
+models stay deployed with no traffic (undeploy them by hand to stop paying for them)."""
 
 from __future__ import annotations
 
@@ -20,12 +26,24 @@ import socket
 
 from components import object_store, paths, served_versions
 from components.atomic_pusher.lock import push_lock
-from components.contract import SAVED_MODEL_FILE
+from components.contract import ENDPOINT_FILE, SAVED_MODEL_FILE
 from components.paths import remove_tree
 
 
 class RollbackError(ValueError):
     """The rollback cannot be done; nothing was changed. The message says why."""
+
+
+class EndpointNotMoved(RuntimeError):
+    """The endpoint's traffic could not be moved (the Vertex AI call failed or was refused);
+    nothing was rolled back. The message is one line naming the endpoint."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EndpointPlan:
+    endpoint: str  # the endpoint's resource name
+    served_id: str  # the deployed model that gets all the traffic
+    rolled_back_ids: list[str]  # the rolled-back versions' deployed models, newest first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,11 +101,58 @@ def _set_aside(serving_model_dir: str, version: str, record: dict) -> None:
     remove_tree(source)
 
 
-def roll_back(serving_model_dir: str, why: str, to: str | None = None) -> Rollback:
+def _endpoint_plan(serving_model_dir: str, away: list[str], served: str) -> EndpointPlan | None:
+    """The traffic change the rollback makes, or None when no version involved was deployed
+    to an endpoint. Refuses (RollbackError) what one traffic change cannot make right."""
+    deployed = {
+        v: d
+        for v in [*away, served]
+        if (d := served_versions.version_endpoint(serving_model_dir, v))
+    }
+    if not deployed:
+        return None
+    target = deployed.get(served) or {}
+    if not target.get("deployed_model_id"):
+        version, ids = next(iter(deployed.items()))
+        raise RollbackError(
+            f"{serving_model_dir}: version {version} was deployed to endpoint {ids['endpoint']}, "
+            f"but version {served} records no deployment ({ENDPOINT_FILE}); the endpoint would "
+            "serve nothing the folder names, so nothing was rolled back"
+        )
+    for version in away:
+        if version in deployed and deployed[version]["endpoint"] != target["endpoint"]:
+            raise RollbackError(
+                f"{serving_model_dir}: version {version} was deployed to endpoint "
+                f"{deployed[version]['endpoint']}, version {served} to {target['endpoint']}; "
+                "a rollback moves one endpoint's traffic, so nothing was rolled back"
+            )
+    rolled = [deployed[v]["deployed_model_id"] for v in away if v in deployed]
+    return EndpointPlan(target["endpoint"], target["deployed_model_id"], rolled)
+
+
+def _move_traffic(plan: EndpointPlan, api_endpoint: str) -> dict:
+    """Sends the endpoint's traffic to the served version's deployed model; the ids it changed,
+    for the rollback record."""
+    from components.atomic_pusher import vertex_endpoint  # aiplatform: seconds to import
+
+    before = vertex_endpoint.serve_only(plan.endpoint, plan.served_id, api_endpoint)
+    return {
+        "name": plan.endpoint,
+        "served_deployed_model_id": plan.served_id,
+        "rolled_back_deployed_model_ids": plan.rolled_back_ids,
+        "traffic_split_before": before,
+    }
+
+
+def roll_back(
+    serving_model_dir: str, why: str, to: str | None = None, api_endpoint: str = ""
+) -> Rollback:
     """Takes the newest version (or every version newer than `to`) out of service, under the
-    push lock. Raises RollbackError, having changed nothing, when there is no such version or
-    nothing older to serve."""
+    push lock, and a Vertex AI endpoint's traffic with them (`api_endpoint` overrides the
+    region's API host). Raises RollbackError, having changed nothing, when there is no such
+    version or nothing older to serve, and EndpointNotMoved when the endpoint call fails."""
     seen = _targets(serving_model_dir, to)  # bad input refused before the lock file is made
+    plan = _endpoint_plan(serving_model_dir, *seen)
     with push_lock(serving_model_dir):
         away, served = _targets(serving_model_dir, to)
         if (away, served) != seen:  # a push committed while this waited for the lock
@@ -101,6 +166,8 @@ def roll_back(serving_model_dir: str, why: str, to: str | None = None) -> Rollba
             "why": why,
             "rolled_back_to": served,
         }
+        if plan is not None:  # before any folder moves: a failed call changes nothing
+            record["endpoint"] = _move_traffic(plan, api_endpoint)
         for version in away:
             _set_aside(serving_model_dir, version, record)
     return Rollback(away, served, record)

@@ -10,13 +10,16 @@ the version is committed by the same protocol as a local push. A deploy that fai
 nothing; a version that fails to commit after its deploy leaves the endpoint serving a model
 no version names: the next night trains and deploys again.
 
-Imported only when compiling with an endpoint: google-cloud-aiplatform takes seconds to import.
+Imported only when compiling with an endpoint, and by a rollback of a version deployed to one
+(`serve_only`): google-cloud-aiplatform takes seconds to import.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 
 from absl import logging
 from tfx.dsl.components.base import executor_spec
@@ -26,9 +29,12 @@ from tfx.utils import io_utils
 from components import served_versions
 from components.atomic_pusher.component import AtomicPusher, AtomicPusherSpec
 from components.atomic_pusher.executor import ANY, Executor, ServedVersionChanged
+from components.atomic_pusher.rollback import EndpointNotMoved
+from components.contract import ENDPOINT_FILE
 
 VERTEX_SERVING_KEY = "vertex_serving"  # JSON: project, region, endpoint, image, machine_type
-ENDPOINT_FILE = "endpoint.json"
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+TRAFFIC_REQUEST_TIMEOUT_SECONDS = 60.0
 
 
 def deploy(model_path: str, settings: dict) -> dict:
@@ -52,6 +58,66 @@ def deploy(model_path: str, settings: dict) -> dict:
         "model": model.resource_name,
         "deployed_model_id": deployed[-1] if deployed else "",
     }
+
+
+@contextlib.contextmanager
+def _one_line_errors(endpoint_name: str):
+    """The client libraries' errors as EndpointNotMoved: one line naming the endpoint."""
+    from google.api_core import exceptions as api_exceptions
+    from google.auth import exceptions as auth_exceptions
+
+    try:
+        yield
+    except auth_exceptions.DefaultCredentialsError as err:
+        raise EndpointNotMoved(
+            f"{endpoint_name}: no Google Cloud credentials found (run `gcloud auth "
+            "application-default login` or set GOOGLE_APPLICATION_CREDENTIALS)"
+        ) from err
+    except api_exceptions.GoogleAPICallError as err:
+        said = re.sub(r"^[A-Z]+ https?://\S+: ", "", err.message)  # REST names its URL first
+        raise EndpointNotMoved(
+            f"{endpoint_name}: Vertex AI refused the traffic change: {err.code} {said}"
+        ) from err
+    except (api_exceptions.RetryError, OSError, auth_exceptions.TransportError) as err:
+        raise EndpointNotMoved(
+            f"{endpoint_name}: could not reach the Vertex AI API: {str(err).splitlines()[0]}"
+        ) from err
+
+
+def serve_only(endpoint_name: str, deployed_model_id: str, api_endpoint: str = "") -> dict:
+    """Sends all of the endpoint's traffic to `deployed_model_id` (every other deployed model
+    gets none) in one UpdateEndpoint call, the models staying deployed; returns the traffic
+    split it replaced. Raises EndpointNotMoved, with one line, when the call fails or the
+    model is no longer deployed there: the traffic is then as it was."""
+    import google.auth
+    from google.cloud import aiplatform
+
+    named = re.fullmatch(r"projects/([^/]+)/locations/([^/]+)/endpoints/[^/]+", endpoint_name)
+    if not named:
+        raise EndpointNotMoved(f"{endpoint_name}: not an endpoint resource name")
+    project, location = named.groups()
+    with _one_line_errors(endpoint_name):
+        credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
+        aiplatform.init(
+            project=project,
+            location=location,
+            credentials=credentials,
+            api_endpoint=api_endpoint or f"{location}-aiplatform.googleapis.com",
+            api_transport="rest",
+        )
+        endpoint = aiplatform.Endpoint(endpoint_name)
+        resource = endpoint.gca_resource  # one GET of the endpoint
+        before = dict(resource.traffic_split)
+        if deployed_model_id not in {m.id for m in resource.deployed_models}:
+            raise EndpointNotMoved(
+                f"{endpoint_name}: deployed model {deployed_model_id} is no longer deployed "
+                "there; deploy it again or roll back to another version"
+            )
+        endpoint.update(
+            traffic_split={deployed_model_id: 100},
+            update_request_timeout=TRAFFIC_REQUEST_TIMEOUT_SECONDS,
+        )
+    return before
 
 
 class EndpointExecutor(Executor):

@@ -1,0 +1,207 @@
+"""`cifar10-pipeline rollback` of versions deployed to a Vertex AI endpoint (`compile
+--endpoint`, endpoint.json beside the model): the endpoint's traffic goes back to the deployed
+model of the version served after, before any folder moves, through the real aiplatform client
+over HTTP to a local stand-in for the Vertex endpoint API; a refused call changes nothing."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from components import served_versions
+from pipeline import cli
+
+import http_stand_in
+from cifar_fixtures import served_version as _serve
+
+ENDPOINT = "projects/proj-x/locations/us-central1/endpoints/777"
+MODELS = {"100": "1100", "200": "1200", "300": "1300"}  # version -> deployed model id
+
+
+class _FakeEndpoints(BaseHTTPRequestHandler):
+    """Vertex's endpoint API: GET of an endpoint, PATCH of its traffic split (UpdateEndpoint,
+    answered with the endpoint, as Vertex does: no long-running operation). Every request is
+    kept (method, path, query, body); `fault` is an HTTP status the PATCH gets instead."""
+
+    endpoint: dict = {}
+    requests: list = []
+    fault = 0
+
+    def _reply(self, body, status=200):
+        reply = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def _known(self) -> bool:
+        """Keeps the request; answers 404 for anything but the endpoint."""
+        length = int(self.headers.get("Content-Length") or 0)
+        self.body = json.loads(self.rfile.read(length)) if length else None
+        url = urlsplit(self.path)
+        _FakeEndpoints.requests.append((self.command, url.path, parse_qs(url.query), self.body))
+        if url.path != f"/v1/{ENDPOINT}":
+            self._reply({"error": {"code": 404, "message": f"{url.path} not found"}}, 404)
+        return url.path == f"/v1/{ENDPOINT}"
+
+    def do_GET(self):
+        if self._known():
+            self._reply(_FakeEndpoints.endpoint)
+
+    def do_PATCH(self):
+        if not self._known():
+            return
+        if _FakeEndpoints.fault:
+            status = _FakeEndpoints.fault
+            self._reply({"error": {"code": status, "message": f"injected {status}"}}, status)
+            return
+        _FakeEndpoints.endpoint["trafficSplit"] = self.body["trafficSplit"]
+        self._reply(_FakeEndpoints.endpoint)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_endpoints(monkeypatch):
+    from google.auth.credentials import AnonymousCredentials
+
+    _FakeEndpoints.requests, _FakeEndpoints.fault = [], 0
+    _FakeEndpoints.endpoint = {
+        "name": ENDPOINT,
+        "displayName": "cifar10-endpoint",
+        "createTime": "2024-01-01T00:00:00Z",
+        "deployedModels": [
+            {"id": i, "model": f"projects/proj-x/locations/us-central1/models/{v}"}
+            for v, i in MODELS.items()
+        ],
+        "trafficSplit": {MODELS["300"]: 100},
+    }
+    monkeypatch.setattr("google.auth.default", lambda *a, **k: (AnonymousCredentials(), "proj-x"))
+    with http_stand_in.serve(_FakeEndpoints, release=threading.Event()) as url:
+        yield url
+
+
+def _deployed(base, version):
+    folder = _serve(base, version)
+    ids = {
+        "endpoint": ENDPOINT,
+        "model": f"projects/proj-x/locations/us-central1/models/{version}",
+        "deployed_model_id": MODELS[version],
+    }
+    (folder / "endpoint.json").write_text(json.dumps(ids))
+
+
+@pytest.fixture
+def serving(tmp_path):
+    base = tmp_path / "serving" / "cifar10"
+    for version in MODELS:
+        _deployed(base, version)
+    return base
+
+
+def _listing(base):
+    return sorted(p.relative_to(base).as_posix() for p in base.rglob("*") if p.name != ".push.lock")
+
+
+def _rollback(base, url, *flags):
+    return cli.main(["rollback", "--model-dir", str(base), "--reason", "bad", *flags,
+                     "--api-endpoint", url])  # fmt: skip
+
+
+def test_the_endpoint_traffic_goes_back_to_the_served_version_before_the_folder_moves(
+    serving, fake_endpoints, capsys
+):
+    assert _rollback(serving, fake_endpoints) == 0
+    (get, *_), (method, path, query, body) = _FakeEndpoints.requests  # read, then one change
+    assert get == "GET" and method == "PATCH" and path == f"/v1/{ENDPOINT}"
+    assert query["updateMask"] == ["trafficSplit"]
+    assert body["trafficSplit"] == {MODELS["200"]: 100}  # the others: none
+    assert len(body["deployedModels"]) == 3  # none undeployed
+    assert served_versions.complete_versions(str(serving)) == ["100", "200"]
+    record = served_versions.rolled_back(str(serving))["300"]
+    assert record["endpoint"] == {
+        "name": ENDPOINT,
+        "served_deployed_model_id": MODELS["200"],
+        "rolled_back_deployed_model_ids": [MODELS["300"]],
+        "traffic_split_before": {MODELS["300"]: 100},
+    }
+    out = capsys.readouterr().out
+    assert f"endpoint      {ENDPOINT}: all traffic to deployed model {MODELS['200']}" in out
+
+
+def test_rollback_to_an_older_version_names_every_rolled_back_deployed_model(
+    serving, fake_endpoints
+):
+    assert _rollback(serving, fake_endpoints, "--to", "100") == 0
+    assert _FakeEndpoints.requests[-1][3]["trafficSplit"] == {MODELS["100"]: 100}
+    record = served_versions.rolled_back(str(serving))["200"]["endpoint"]
+    assert record["rolled_back_deployed_model_ids"] == [MODELS["300"], MODELS["200"]]
+
+
+@pytest.mark.parametrize("status, words", [(500, "500 injected 500"), (403, "403 injected 403")])
+def test_a_refused_traffic_change_is_one_line_and_changes_nothing(
+    serving, fake_endpoints, capsys, status, words
+):
+    _FakeEndpoints.fault = status
+    before = _listing(serving)
+    assert _rollback(serving, fake_endpoints) == 1
+    err = capsys.readouterr().err
+    assert err == f"error: {ENDPOINT}: Vertex AI refused the traffic change: {words}\n"
+    assert [r[0] for r in _FakeEndpoints.requests] == ["GET", "PATCH"]  # the change was asked
+    assert _listing(serving) == before  # nothing set aside, no record
+    assert _FakeEndpoints.endpoint["trafficSplit"] == {MODELS["300"]: 100}
+
+
+def test_a_served_model_no_longer_deployed_is_refused_before_any_change(
+    serving, fake_endpoints, capsys
+):
+    _FakeEndpoints.endpoint["deployedModels"].pop(1)  # version 200's
+    before = _listing(serving)
+    assert _rollback(serving, fake_endpoints) == 1
+    err = capsys.readouterr().err
+    assert f"deployed model {MODELS['200']} is no longer deployed" in err
+    assert len(err.strip().splitlines()) == 1 and _listing(serving) == before
+    assert [r[0] for r in _FakeEndpoints.requests] == ["GET"]
+
+
+def test_versions_without_an_endpoint_make_no_vertex_call(tmp_path, fake_endpoints, monkeypatch):
+    def no_credentials(*args, **kwargs):
+        raise AssertionError("a Vertex call for versions that were never deployed")
+
+    monkeypatch.setattr("google.auth.default", no_credentials)
+    base = tmp_path / "serving"
+    for version in ("100", "200"):
+        _serve(base, version)
+    assert _rollback(base, fake_endpoints) == 0
+    assert served_versions.complete_versions(str(base)) == ["100"]
+    assert _FakeEndpoints.requests == []
+    assert "endpoint" not in served_versions.rolled_back(str(base))["200"]
+
+
+def test_rolling_back_to_a_version_never_deployed_is_refused(tmp_path, fake_endpoints, capsys):
+    base = tmp_path / "serving"
+    _serve(base, "100")  # pushed before the pipeline deployed to an endpoint
+    _deployed(base, "200")
+    before = _listing(base)
+    assert _rollback(base, fake_endpoints) == 2
+    err = capsys.readouterr().err
+    assert f"version 200 was deployed to endpoint {ENDPOINT}, but version 100 records no " in err
+    assert "the endpoint would serve nothing the folder names" in err
+    assert len(err.strip().splitlines()) == 1 and _listing(base) == before
+    assert _FakeEndpoints.requests == []
+
+
+def test_versions_on_two_endpoints_are_refused(serving, fake_endpoints, capsys):
+    other = ENDPOINT.replace("/777", "/888")
+    ids = json.loads((serving / "300" / "endpoint.json").read_text())
+    (serving / "300" / "endpoint.json").write_text(json.dumps({**ids, "endpoint": other}))
+    before = _listing(serving)
+    assert _rollback(serving, fake_endpoints) == 2
+    err = capsys.readouterr().err
+    assert f"version 300 was deployed to endpoint {other}, version 200 to {ENDPOINT}" in err
+    assert len(err.strip().splitlines()) == 1 and _listing(serving) == before
+    assert _FakeEndpoints.requests == []
