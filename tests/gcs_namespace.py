@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import email.parser
 import http.client
 import http.server
 import os
@@ -32,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +41,7 @@ import fake_gcs
 
 API_NAMES = ("www.googleapis.com", "storage.googleapis.com", "oauth2.googleapis.com")
 EMULATOR_PORT = 4443
+PROXY_PORT = 4080  # the proxy on plain HTTP: google-cloud-storage's way in (batches)
 BUCKET = "gcs-bucket"
 PROJECT = "test-project"
 READY = "ready"
@@ -114,19 +117,18 @@ class _Proxy(http.server.BaseHTTPRequestHandler):
 
     def _forward(self) -> None:
         body = self._body()
+        if self.path.startswith("/batch/storage/v1"):
+            self._batch(body)
+            return
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _DROPPED}
-        headers["Content-Length"] = str(len(body))
         if self.headers.get("Host") == API_NAMES[1]:  # reads of storage.googleapis.com/B/O:
             headers["Host"] = API_NAMES[1]  # fake-gcs-server serves them by that name
-        upstream = http.client.HTTPConnection("127.0.0.1", EMULATOR_PORT, timeout=120)
-        try:
-            upstream.request(self.command, self.path, body=body, headers=headers)
-            answer = upstream.getresponse()
-            data = answer.read()
-        finally:
-            upstream.close()
-        self.send_response_only(answer.status, answer.reason)
-        for key, value in answer.getheaders():
+        status, reason, answer_headers, data = _upstream(self.command, self.path, body, headers)
+        self._answer(status, reason, answer_headers, data)
+
+    def _answer(self, status: int, reason: str, headers: list, data: bytes) -> None:
+        self.send_response_only(status, reason)
+        for key, value in headers:
             if key.lower() not in _DROPPED | {"content-length"}:
                 self.send_header(key, value)
         self.send_header("Content-Length", str(len(data)))
@@ -134,19 +136,59 @@ class _Proxy(http.server.BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(data)
 
+    def _batch(self, body: bytes) -> None:
+        """The JSON API's batch (multipart/mixed of HTTP requests), which Beam's gcsio uses
+        to copy and delete and fake-gcs-server lacks: each request sent on its own."""
+        content_type = self.headers["Content-Type"].encode()
+        message = email.parser.BytesParser().parsebytes(
+            b"Content-Type: %s\r\n\r\n%s" % (content_type, body)
+        )
+        boundary, parts = "batch_response_boundary", []
+        for part in message.get_payload():
+            head, _, sub_body = part.get_payload().replace("\r\n", "\n").partition("\n\n")
+            request_line, *lines = head.split("\n")
+            method, uri, _ = request_line.split(" ", 2)
+            url = urllib.parse.urlsplit(uri)
+            path = url.path + (f"?{url.query}" if url.query else "")
+            headers = dict(line.split(": ", 1) for line in lines if ": " in line)
+            headers.pop("Content-Length", None)
+            status, reason, _, data = _upstream(method, path, sub_body.encode(), headers)
+            content_id = (part["Content-ID"] or "").strip("<>")
+            parts.append(
+                f"--{boundary}\r\nContent-Type: application/http\r\n"
+                f"Content-ID: <response-{content_id}>\r\n\r\nHTTP/1.1 {status} {reason}\r\n"
+                f"Content-Type: application/json\r\n\r\n{data.decode()}\r\n"
+            )
+        answer = [("Content-Type", f"multipart/mixed; boundary={boundary}")]
+        self._answer(200, "OK", answer, "".join([*parts, f"--{boundary}--\r\n"]).encode())
+
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _forward
 
     def log_message(self, format, *args):
         pass
 
 
+def _upstream(method: str, path: str, body: bytes, headers: dict) -> tuple:
+    """One request to the emulator: (status, reason, headers, body)."""
+    headers = {**headers, "Content-Length": str(len(body))}
+    upstream = http.client.HTTPConnection("127.0.0.1", EMULATOR_PORT, timeout=120)
+    try:
+        upstream.request(method, path, body=body, headers=headers)
+        answer = upstream.getresponse()
+        return answer.status, answer.reason, answer.getheaders(), answer.read()
+    finally:
+        upstream.close()
+
+
 def _start_proxy(folder: Path) -> None:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(folder / "cert.pem", folder / "key.pem")
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 443), _Proxy)
-    server.daemon_threads = True
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    for port, tls in ((443, True), (PROXY_PORT, False)):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), _Proxy)
+        server.daemon_threads = True
+        if tls:
+            server.socket = context.wrap_socket(server.socket, server_side=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
 
 
 def _start_emulator(folder: Path) -> subprocess.Popen:
@@ -205,7 +247,7 @@ class Namespace:
             "CURL_CA_BUNDLE": ca,
             "REQUESTS_CA_BUNDLE": ca,
             "GOOGLE_AUTH_TOKEN_FOR_TESTING": "made-up-token",
-            "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{EMULATOR_PORT}",
+            "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{PROXY_PORT}",
             "GOOGLE_CLOUD_PROJECT": PROJECT,
             **extra,
         }
