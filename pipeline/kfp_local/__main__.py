@@ -77,7 +77,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", type=Path, required=True)
     parser.add_argument("--python", required=True, help="the project's Python for the steps")
     parser.add_argument("--dockerfile", type=Path, required=True)
-    parser.add_argument("--keep-uris", action="store_true", help="leave the s3:// URIs as they are")
+    parser.add_argument(
+        "--keep-uris", action="store_true", help="leave the s3:// and gs:// URIs as they are"
+    )
     return parser
 
 

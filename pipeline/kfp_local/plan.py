@@ -18,7 +18,8 @@ from pipeline.common.submission import has_dag
 CLOUD_URI = re.compile(r"\b(?:gs|s3)://[^\s\"'\\,;]+")
 # Cifar10ExampleGen's input naming the data (components/cifar10_example_gen/spec.py).
 DATA_PARAMETER = "source_uri"
-S3 = "s3://"
+# The stores whose URIs --keep-uris leaves in place: the steps read and write them.
+STORES = ("s3://", "gs://")
 
 
 class LocalRunError(ValueError):
@@ -107,7 +108,7 @@ class Plan:
     spec: dict[str, Any]
     steps: list[str]
     not_run: dict[str, str] = field(default_factory=dict)
-    # With --keep-uris: the s3:// pipeline root the steps' artifacts go to ('' otherwise).
+    # With --keep-uris: the s3:// or gs:// pipeline root the steps' artifacts go to ('' otherwise).
     remote_root: str = ""
     # With --keep-uris: what the cluster would set in a step's environment from secrets
     # ({env var: (secret, key)}, from the file's platform spec), and the store endpoint the
@@ -118,14 +119,31 @@ class Plan:
 
 # What stands in, on this machine, for the endpoint the file gives its steps.
 LOCAL_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL", "S3_ENDPOINT")
+# For a gs:// root, what stands in for a pod's Google identity (Workload Identity or Vertex's
+# service account, given by the metadata server, no variable): this machine's credentials
+# file and project, the CA bundle its HTTPS clients trust (TensorFlow's gs:// reads
+# CURL_CA_BUNDLE) and the endpoint google-cloud-storage (Beam, the push lease) reads;
+# GOOGLE_AUTH_TOKEN_FOR_TESTING is TensorFlow's fixed bearer token (the emulator tests).
+GOOGLE_VARIABLES = (
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_CLOUD_PROJECT",
+    "GOOGLE_AUTH_TOKEN_FOR_TESTING",
+    "STORAGE_EMULATOR_HOST",
+    "CURL_CA_BUNDLE",
+    "REQUESTS_CA_BUNDLE",
+    "SSL_CERT_FILE",
+)
 
 
 def store_environment(plan: Plan, environ: dict[str, str]) -> dict[str, str]:
     """The variables the cluster would set from secrets (a --keep-uris step's store keys, the exit
     handler's webhook URL): each variable the
     file takes from a secret, from this machine's variable of that name, and this machine's
-    endpoint for the file's. Raises LocalRunError naming the first one missing."""
+    endpoint for the file's; for a gs:// root, this machine's GOOGLE_VARIABLES. Raises
+    LocalRunError naming the first one missing."""
     found = {}
+    if plan.remote_root.startswith("gs://"):
+        found.update((name, environ[name]) for name in GOOGLE_VARIABLES if name in environ)
     for variable, (secret, key) in sorted(plan.secret_variables.items()):
         if variable not in environ:
             raise LocalRunError(
@@ -220,7 +238,8 @@ def make_plan(
 ) -> Plan:
     """Checks the file, leaves out the steps that need Google APIs (and those after them),
     and maps the cloud URIs and the image's paths to local ones; with `keep_uris` the
-    file's s3:// URIs stay (the steps use that store: `remote_root`). Raises LocalRunError."""
+    file's s3:// and gs:// URIs stay (the steps use that store: `remote_root`). Raises
+    LocalRunError."""
     try:
         spec, platform = kfp_platform.read_pipeline_file(Path(path))
     except kfp_platform.PipelineFileError as err:
@@ -239,8 +258,10 @@ def make_plan(
     tasks = compiled_target.pipeline_tasks(spec)
 
     root = spec.get("defaultPipelineRoot", "")
-    if keep_uris and not root.startswith(S3):
-        raise LocalRunError(f"{path}: --keep-uris needs an s3:// pipeline root, not '{root}'")
+    if keep_uris and not root.startswith(STORES):
+        raise LocalRunError(
+            f"{path}: --keep-uris needs an s3:// or gs:// pipeline root, not '{root}'"
+        )
     mapping = {} if keep_uris else {root: str(output_dir)}
     for task in [] if keep_uris else tasks.values():
         parameter = task.get("inputs", {}).get("parameters", {}).get(DATA_PARAMETER, {})
@@ -259,7 +280,8 @@ def make_plan(
     for name, task in compiled_target.pipeline_tasks(spec).items():
         text = json.dumps([task, compiled_target.executor(spec, name)])
         unmapped = next(
-            (m for m in CLOUD_URI.finditer(text) if not (keep_uris and m[0].startswith(S3))), None
+            (m for m in CLOUD_URI.finditer(text) if not (keep_uris and m[0].startswith(STORES))),
+            None,
         )
         if unmapped:
             raise LocalRunError(

@@ -67,7 +67,7 @@ class HostSteps:
     report: Callable[[str], None]
     done: list[Step] = field(default_factory=list)
     # With --keep-uris: artifacts under `local_root` (kfp.local's pipeline root) are given
-    # to the step under `remote_root` (the file's s3:// root) instead, and the step gets
+    # to the step under `remote_root` (the file's s3:// or gs:// root) instead, and the step gets
     # `store_env` (plan.store_environment: what the cluster would set from its secret).
     local_root: str = ""
     remote_root: str = ""
