@@ -67,8 +67,8 @@ def refusal(stack_name: str, what: str = "an s3:// path") -> str:
         return ""
     return (
         f"{what} needs tensorflow-io, which has no build for TensorFlow 2.21 (the current "
-        "stack): use the legacy stack (requirements.lock, Dockerfile), a gs:// store, or the "
-        "bucket mounted as a folder (e.g. a CSI volume or s3fs) and its local path"
+        "stack): use the legacy stack (requirements.lock, Dockerfile) or a gs:// store (a "
+        "bucket mounted as a folder cannot hold the serving folder: pushes there are refused)"
     )
 
 
