@@ -120,7 +120,8 @@ WARM_START_FILE = "warm_started_from.json"
 # values back to back. The next run drops eval images found in the served version's.
 SERVED_IMAGES_FILE = "training_images.bin"
 # In the ExampleGen's Examples: the eval images it dropped (JSON: copies_of_train,
-# seen_by_served, None when not checked, and why not).
+# seen_by_served, None when not checked, and why not), and the train records of the spans new
+# to the served version that it was trained on (train_seen_by_served of new_train_records).
 EVAL_DROPPED_FILE = "eval_dropped.json"
 IMAGE_DIGEST_BYTES = 12
 # The custom property a night with nothing new sets on the ExampleGen's Examples (1) and

@@ -221,9 +221,33 @@ def _duplicates(examples: list) -> tuple[dict | None, list[str]]:
 
 
 def duplicate_problems(copies: dict, recorded: dict | None) -> list[str]:
-    """The problem line when exact and near copies together are more than DUPLICATE_SHARE
-    of the run's images (`copies`: records.duplicates; `recorded`: what the ExampleGen
-    dropped from eval, or None)."""
+    """The problem lines: when exact and near copies together are more than DUPLICATE_SHARE
+    of the run's images, and when more than that share of the new spans' train images are
+    ones the served version was trained on (`copies`: records.duplicates; `recorded`: the
+    ExampleGen's EVAL_DROPPED_FILE, or None)."""
+    return _copies_problems(copies, recorded) + _seen_train_problems(recorded or {})
+
+
+def _seen_train_problems(recorded: dict) -> list[str]:
+    """The ExampleGen's count of the new spans' train images in the served version's index
+    (components/cifar10_example_gen/seen_train.py), judged by the same share."""
+    seen, new = recorded.get("train_seen_by_served"), recorded.get("new_train_records") or 0
+    if seen is None or seen <= DUPLICATE_SHARE * new:
+        return []
+    spans = ", ".join(
+        f"{f'span {n}' if n != '0' else 'the source'}: {count:,}"
+        for n, count in recorded.get("train_seen_by_span", {}).items()
+        if count
+    )
+    version = recorded.get("served_version")
+    return [
+        f"duplicates: {seen:,} of {new:,} train images new to served version {version} "
+        f"({spans}) are images it was already trained on: old data sent as new (at most "
+        f"{DUPLICATE_SHARE:.0%} accepted)"
+    ]
+
+
+def _copies_problems(copies: dict, recorded: dict | None) -> list[str]:
     repeated = copies["copies"] + copies["near_copies"]
     if repeated <= DUPLICATE_SHARE * copies["images"]:
         return []
