@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-# Chosen from benchmarks/embedding_copies.py (CIFAR-10 with a trained airbench).
+# Chosen from benchmarks/embedding_copies.py (airbench trained on CIFAR-10, 84%): in slices
+# of 5,000 of CIFAR-10's 50,000 images (the most the gate scores) 0.08% of the images are
+# counted as copies (at most 0.16%), and a third of copies shifted by one pixel are found;
+# at 0.995 almost none are counted, but only a twelfth of shifted copies are found, and at
+# 0.985 0.45% (at most 0.62%).
 THRESHOLD = 0.99
 _CHUNK = 1024
 

@@ -9,13 +9,11 @@ import os
 from absl import logging
 from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
 from tfx.dsl.components.base import base_beam_executor
-from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
 from components.contract import (
     COMPARISON_FILE,
-    EVAL_DROPPED_FILE,
     EVAL_SPLIT,
     NO_NEW_SPAN_PROPERTY,
     NO_NEW_SPAN_REASON_PROPERTY,
@@ -36,13 +34,11 @@ from components.validation_gate.checks import (
     statistics_problems,
 )
 from components.validation_gate.comparison import Comparison, compare
+from components.validation_gate.duplicates import find_duplicates
 from components.validation_gate.labels import check_labels
 from components.validation_gate.records import (
-    DUPLICATE_SHARE,
     OUT_OF_DOMAIN_TOLERANCE,
     domain_features,
-    duplicates,
-    image_hashes,
     out_of_domain,
     read_summaries,
     span_statistics,
@@ -204,63 +200,6 @@ def _stop_on(problems: list[str], drift, labels, copies):
     )
 
 
-def _duplicates(examples: list) -> tuple[dict | None, list[str]]:
-    """Exact and near copies among the run's train and eval images, with the eval images the
-    ExampleGen dropped (None without the examples), and the problem line when there are more
-    than DUPLICATE_SHARE of them."""
-    if not examples:
-        return None, []
-    train, evals = (
-        image_hashes(artifact_utils.get_split_uri(examples, split))
-        for split in (TRAIN_SPLIT, EVAL_SPLIT)
-    )
-    dropped = os.path.join(examples[0].uri, EVAL_DROPPED_FILE)  # none from older ExampleGens
-    recorded = json.loads(io_utils.read_string_file(dropped)) if fileio.exists(dropped) else None
-    copies = duplicates(train, evals, recorded)
-    return copies, duplicate_problems(copies, recorded)
-
-
-def duplicate_problems(copies: dict, recorded: dict | None) -> list[str]:
-    """The problem lines: when exact and near copies together are more than DUPLICATE_SHARE
-    of the run's images, and when more than that share of the new spans' train images are
-    ones the served version was trained on (`copies`: records.duplicates; `recorded`: the
-    ExampleGen's EVAL_DROPPED_FILE, or None)."""
-    return _copies_problems(copies, recorded) + _seen_train_problems(recorded or {})
-
-
-def _seen_train_problems(recorded: dict) -> list[str]:
-    """The ExampleGen's count of the new spans' train images in the served version's index
-    (components/cifar10_example_gen/seen_train.py), judged by the same share."""
-    seen, new = recorded.get("train_seen_by_served"), recorded.get("new_train_records") or 0
-    if seen is None or seen <= DUPLICATE_SHARE * new:
-        return []
-    spans = ", ".join(
-        f"{f'span {n}' if n != '0' else 'the source'}: {count:,}"
-        for n, count in recorded.get("train_seen_by_span", {}).items()
-        if count
-    )
-    version = recorded.get("served_version")
-    return [
-        f"duplicates: {seen:,} of {new:,} train images new to served version {version} "
-        f"({spans}) are images it was already trained on: old data sent as new (at most "
-        f"{DUPLICATE_SHARE:.0%} accepted)"
-    ]
-
-
-def _copies_problems(copies: dict, recorded: dict | None) -> list[str]:
-    repeated = copies["copies"] + copies["near_copies"]
-    if repeated <= DUPLICATE_SHARE * copies["images"]:
-        return []
-    dropped_copies = recorded["copies_of_train"] if recorded else 0
-    also = copies["eval_in_train"] + dropped_copies
-    return [
-        f"duplicates: {repeated:,} of {copies['images']:,} images are copies of another image "
-        f"of this run ({copies['copies']:,} exact, {copies['near_copies']:,} near: the same "
-        f"picture re-encoded; {also:,} eval images also in train"
-        f"{', dropped' if dropped_copies else ''}; at most {DUPLICATE_SHARE:.0%} accepted)"
-    ]
-
-
 def _labels_not_judged(labels, accept_drift: bool) -> str:
     drifted = "the images drifted from the served model's training data"
     if not accept_drift:
@@ -269,6 +208,10 @@ def _labels_not_judged(labels, accept_drift: bool) -> str:
         f"NOT JUDGED: {drifted} and --accept-drift trains on them; the served model read "
         f"{100 * labels.noise:.1f}% of the labels as wrong"
     )
+
+
+def _records(statistics) -> int:
+    return statistics.datasets[0].num_examples if statistics.datasets else 0
 
 
 # The stops this run accepted (--accept-drift, --accept-labels, --accept-duplicates).
@@ -281,7 +224,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         pipeline with the run's Beam arguments), or None and why not."""
         if not examples:
             return None, "no examples given to the gate"
-        records = train.datasets[0].num_examples if train.datasets else 0
+        records = _records(train)
         return check_labels(examples, served, records, unseen, output_uri, self._make_beam_pipeline)
 
     def Do(self, input_dict, output_dict, exec_properties) -> None:
@@ -307,9 +250,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         unseen = new_spans(examples, served)  # read once: drift and labels judge these
         skew, drift = _comparisons(statistics, train, schema, served, output.uri, examples, unseen)
         problems.extend(skew.problems())
-        copies, duplicated = _duplicates(examples)
         labels, why_not = self._labels(train, examples, served, unseen, output.uri)
         drifted = drift.problems() + (labels.shift_problems() if labels else [])
+        copies, duplicated = find_duplicates(examples, output.uri, _records(train), bool(drifted))
         mislabelled = labels.problems() if labels else []
         if mislabelled and drifted:
             # On images unlike its training data the served model's disagreement says as much

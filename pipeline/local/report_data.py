@@ -169,6 +169,19 @@ def _histograms_figure(named_stats: dict[str, Any]) -> str:
     )
 
 
+def _embedded_text(embedded: dict | None) -> str:
+    """The copies the served model's embeddings found in the scored sample, for the
+    duplicates line ('' when it scored none)."""
+    if not embedded:
+        return ""
+    if embedded["skipped"]:
+        return f" (copies by embeddings not judged: {embedded['skipped']})"
+    sampled = f", {embedded['found']:,} in a 1-in-{embedded['every']} sample" * (
+        embedded["every"] > 1
+    )
+    return f", {embedded['copies']:,} by the served model's embeddings{sampled}"
+
+
 def duplicates_text(comparison: dict) -> str:
     """The gate's duplicates finding in one line ('' when it made none): exact copies among
     the run's images and what the ExampleGen dropped from eval, or whether the served
@@ -181,6 +194,7 @@ def duplicates_text(comparison: dict) -> str:
     text = (
         f"{copies['copies']:,} exact copies"
         + ("" if near is None else f" and {near:,} near")
+        + _embedded_text(copies.get("embedding_copies"))
         + f" among {copies['images']:,} images"
     )
     dropped = copies.get("eval_dropped")
