@@ -33,15 +33,20 @@ def read_index(path: str | None) -> frozenset[bytes]:
         return unpack_digests(handle.read())
 
 
-def _in_index(pair: tuple[int, bytes], index: frozenset[bytes]) -> bool:
-    return pair[1] in index
+def _counted(unit: tuple[int, list[bytes]], index: frozenset[bytes]) -> tuple[int, int, int]:
+    """(span, its train records in the unit, how many of them are in the index)."""
+    span, digests = unit
+    return span, len(digests), sum(1 for digest in digests if digest in index)
 
 
-def _seen_by_span(pairs: list[tuple[int, int]], total: int, spans: list[int]) -> dict:
-    by_span = {str(span): count for span, count in sorted(pairs)}
+def _seen_by_span(counted: list[tuple[int, int, int]], spans: list[int]) -> dict:
+    by_span: dict[str, int] = {}
+    for span, _, seen in sorted(counted):
+        if seen:
+            by_span[str(span)] = by_span.get(str(span), 0) + seen
     return {
         NEW_SPANS: spans,
-        NEW_TRAIN: total,
+        NEW_TRAIN: sum(records for _, records, _ in counted),
         TRAIN_SEEN: sum(by_span.values()),
         TRAIN_SEEN_BY_SPAN: by_span,
     }
@@ -51,23 +56,19 @@ def _seen_by_span(pairs: list[tuple[int, int]], total: int, spans: list[int]) ->
 def CountSeenTrain(
     train_spans: beam.PCollection, served_index: str | None, spans: list[int]
 ) -> beam.PCollection:
-    """From (span, digest) of every train record: one dict {NEW_SPANS, NEW_TRAIN: records
-    of the new `spans`, TRAIN_SEEN: of those, how many are in the served version's index
-    (at `served_index`; None: none), TRAIN_SEEN_BY_SPAN: {span: count}}."""
+    """From (span, digests of train records) per unit read: one dict {NEW_SPANS, NEW_TRAIN:
+    records of the new `spans`, TRAIN_SEEN: of those, how many are in the served version's
+    index (at `served_index`; None: none), TRAIN_SEEN_BY_SPAN: {span: count}}."""
     new = set(spans)
-    pipeline = train_spans.pipeline
     served = (
-        pipeline
+        train_spans.pipeline
         | "ServedIndexPath" >> beam.Create([served_index])
         | "ServedIndex" >> beam.Map(read_index)
     )
-    of_new = train_spans | "OfNewSpans" >> beam.Filter(lambda pair: pair[0] in new)
-    total = of_new | "CountNew" >> beam.combiners.Count.Globally()
-    seen = (
-        of_new
-        | "Seen" >> beam.Filter(_in_index, beam.pvalue.AsSingleton(served))
-        | "SeenSpan" >> beam.Keys()
-        | "PerSpan" >> beam.combiners.Count.PerElement()
-        | "AllSpans" >> beam.combiners.ToList()
+    return (
+        train_spans
+        | "OfNewSpans" >> beam.Filter(lambda unit: unit[0] in new)
+        | "Count" >> beam.Map(_counted, beam.pvalue.AsSingleton(served))
+        | "AllUnits" >> beam.combiners.ToList()
+        | "Counted" >> beam.Map(_seen_by_span, spans)
     )
-    return seen | "Counted" >> beam.Map(_seen_by_span, beam.pvalue.AsSingleton(total), spans)
