@@ -124,7 +124,8 @@ SERVED_IMAGES_FILE = "training_images.bin"
 # the endpoint's traffic back to the version it serves again.
 ENDPOINT_FILE = "endpoint.json"
 # In the ExampleGen's Examples: the eval images it dropped (JSON: copies_of_train,
-# seen_by_served, None when not checked, and why not).
+# seen_by_served, None when not checked, and why not), and the train records of the spans new
+# to the served version that it was trained on (train_seen_by_served of new_train_records).
 EVAL_DROPPED_FILE = "eval_dropped.json"
 IMAGE_DIGEST_BYTES = 12
 # The custom property a night with nothing new sets on the ExampleGen's Examples (1) and

@@ -12,7 +12,7 @@ import pytest
 from components import drift
 from components import label_agreement as la
 from components.contract import LABEL_NAMES
-from components.validation_gate import executor as gate
+from components.validation_gate import duplicates as gate_duplicates
 from components.validation_gate import labels as gate_labels
 
 CAT, DOG = LABEL_NAMES.index("cat"), LABEL_NAMES.index("dog")
@@ -120,7 +120,21 @@ def test_copies_stop_beyond_1_percent_of_the_images(repeated, stops):
     exact = repeated // 2
     copies = {"images": 1000, "copies": exact, "near_copies": repeated - exact,
               "eval_in_train": 0}  # fmt: skip
-    problems = gate.duplicate_problems(copies, None)
+    problems = gate_duplicates.duplicate_problems(copies, None)
     assert bool(problems) is stops
     if stops:
         assert problems[0].startswith("duplicates: 11 of 1,000 images are copies")
+
+
+@pytest.mark.parametrize("seen, stops", [(10, False), (11, True)])
+def test_new_train_images_the_served_version_trained_on_stop_beyond_1_percent(seen, stops):
+    """Of 1,000 train images of the new spans, 10 the served version was trained on pass
+    and 11 stop (the ExampleGen's count, components/cifar10_example_gen/seen_train.py)."""
+    copies = {"images": 1100, "copies": 0, "near_copies": 0, "eval_in_train": 0}
+    recorded = {"copies_of_train": 0, "seen_by_served": 0, "served_version": "7",
+                "not_checked": "", "new_spans": [3], "new_train_records": 1000,
+                "train_seen_by_served": seen, "train_seen_by_span": {"3": seen}}  # fmt: skip
+    problems = gate_duplicates.duplicate_problems(copies, recorded)
+    assert bool(problems) is stops
+    if stops:
+        assert problems[0].startswith("duplicates: 11 of 1,000 train images new to served ")

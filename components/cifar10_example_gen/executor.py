@@ -25,6 +25,13 @@ from tfx.utils import io_utils
 
 from components import night_facts
 from components.cifar10_example_gen import sources, spans
+from components.cifar10_example_gen.seen_train import (
+    TRAIN_SEEN,
+    TRAIN_SEEN_BY_SPAN,
+    CountSeenTrain,
+    new_spans,
+    read_index,
+)
 from components.cifar10_example_gen.spec import (
     EVAL_FRACTION_KEY,
     FORCE_KEY,
@@ -47,12 +54,14 @@ from components.contract import (
     SERVED_SPANS_FILE,
     image_digest,
     pack_digests,
-    unpack_digests,
 )
 from components.served_versions import ServedState, load_served_state, served_images_file
 
 # TFX's own ExampleGen file names: data_tfrecord-00000-of-00001.gz
 FILE_PREFIX = "data_tfrecord"
+# ReadCifar10Splits' third output: (span, the image digests of its train records), one
+# element per unit read (a Beam element per record cost 1 s of the 50,000).
+TRAIN_SPANS = "train_spans"
 
 
 def to_example(record: sources.Record) -> tf.train.Example:
@@ -118,10 +127,15 @@ def _tagged_examples(
     unit: tuple[int, Sequence[sources.Shard], bool], eval_fraction: float
 ) -> Iterator[beam.pvalue.TaggedOutput]:
     span, group, has_test_split = unit
+    train_digests = []
     for split, record in sources.split_group(group, has_test_split, eval_fraction):
         if span:  # record ids stay unique across the spans of a window
             record = dataclasses.replace(record, record_id=f"span-{span}/{record.record_id}")
-        yield beam.pvalue.TaggedOutput(split, (image_digest(record.image), serialize(record)))
+        digest = image_digest(record.image)
+        yield beam.pvalue.TaggedOutput(split, (digest, serialize(record)))
+        if split == SPLITS[0]:
+            train_digests.append(digest)
+    yield beam.pvalue.TaggedOutput(TRAIN_SPANS, (span, train_digests))
 
 
 @beam.ptransform_fn
@@ -129,8 +143,9 @@ def _tagged_examples(
 def ReadCifar10Splits(
     pipeline: beam.Pipeline, source: str | dict[int, str], eval_fraction: float
 ) -> dict[str, beam.PCollection]:
-    """{'train': (image digest, serialized tf.Example) pairs, 'eval': ...} from one read of each
-    source ({span: source}, or one plain source as span 0): one Beam element per
+    """{'train': (image digest, serialized tf.Example) pairs, 'eval': ..., TRAIN_SPANS: (span,
+    the digests of its train records) per unit read} from one read of each source ({span:
+    source}, or one plain source as span 0): one Beam element per
     `sources.read_groups` unit. Every record is checked first, so bad input raises
     `SourceError` while the pipeline is built, before Beam runs or writes anything. Each span
     has its own eval split: its test batch, or its own class-balanced carve."""
@@ -144,22 +159,15 @@ def ReadCifar10Splits(
         pipeline
         | "Groups" >> beam.Create(units)
         | "Distribute" >> beam.Reshuffle()
-        | "Read" >> beam.FlatMap(_tagged_examples, eval_fraction).with_outputs(*SPLITS)
+        | "Read" >> beam.FlatMap(_tagged_examples, eval_fraction).with_outputs(*SPLITS, TRAIN_SPANS)
     )
-    return {split: tagged[split] for split in SPLITS}
+    return {name: tagged[name] for name in (*SPLITS, TRAIN_SPANS)}
 
 
 # Eval images dropped (DropEvalLeaks), by why: a copy of one of this run's train images
 # (it would inflate the accuracy gate), or an image the served model was trained on (it
 # would inflate the regression baseline).
 COPIES_OF_TRAIN, SEEN_BY_SERVED = "copies_of_train", "seen_by_served"
-
-
-def _read_index(path: str | None) -> frozenset[bytes]:
-    if not path:
-        return frozenset()
-    with FileSystems.open(path, compression_type="uncompressed") as handle:
-        return unpack_digests(handle.read())
 
 
 def _kept_eval(pair: tuple[bytes, bytes], train: set, served: frozenset):
@@ -194,7 +202,7 @@ def DropEvalLeaks(
     served = (
         pipeline
         | "ServedIndexPath" >> beam.Create([served_index])
-        | "ServedIndex" >> beam.Map(_read_index)
+        | "ServedIndex" >> beam.Map(read_index)
     )
     judged = splits["eval"] | "DropLeaks" >> beam.FlatMap(
         _kept_eval, beam.pvalue.AsSingleton(train_digests), beam.pvalue.AsSingleton(served)
@@ -217,12 +225,13 @@ def _write_file(data: bytes, path: str) -> None:
         handle.write(data)
 
 
-def _dropped_json(counts: dict[str, int], served: dict) -> bytes:
-    """The record of what was dropped: the counts, and which served version's index was
-    checked (`not_checked`: why none was, and `seen_by_served` None then)."""
-    record = {**counts, **served}
+def _dropped_json(counts: dict[str, int], served: dict, seen_train: dict) -> bytes:
+    """The record of what was dropped, with the new spans' train records the served version
+    was trained on (seen_train.CountSeenTrain): the counts, and which served version's index
+    was checked (`not_checked`: why none was, and `seen_by_served` and TRAIN_SEEN None then)."""
+    record = {**counts, **seen_train, **served}
     if served["not_checked"]:
-        record[SEEN_BY_SERVED] = None
+        record |= {SEEN_BY_SERVED: None, TRAIN_SEEN: None, TRAIN_SEEN_BY_SPAN: {}}
     return json.dumps(record, sort_keys=True).encode()
 
 
@@ -299,11 +308,10 @@ class Executor(BaseBeamExecutor):
         )
         examples.span, examples.version = max(resolution.numbers), 0
         examples.set_string_custom_property("spans", ",".join(map(str, resolution.numbers)))
+        served = _served(input_dict)
         try:
             spans.check_not_stale(
-                resolution.fingerprints,
-                _served(input_dict),
-                bool(int(exec_properties.get(FORCE_KEY, 0))),
+                resolution.fingerprints, served, bool(int(exec_properties.get(FORCE_KEY, 0)))
             )
         except spans.NoNewSpan as nothing_new:
             logging.info("%s", nothing_new)
@@ -312,7 +320,8 @@ class Executor(BaseBeamExecutor):
             examples.set_string_custom_property(NO_NEW_SPAN_REASON_PROPERTY, str(nothing_new))
         else:
             fraction = float(exec_properties[EVAL_FRACTION_KEY])
-            self._ingest(examples, resolution, fraction, _served_index(input_dict))
+            new = new_spans(resolution.fingerprints, served)
+            self._ingest(examples, resolution, fraction, _served_index(input_dict), new)
         io_utils.write_string_file(
             os.path.join(examples.uri, SERVED_SPANS_FILE),
             spans.record_json(resolution.fingerprints),
@@ -329,13 +338,17 @@ class Executor(BaseBeamExecutor):
         resolution: spans.Resolution,
         eval_fraction: float,
         served_index: tuple[str | None, dict],
+        new: list[int],
     ) -> None:
-        logging.info("Spans ingested: %s", resolution.numbers)
+        """Both splits, the train split's index, and EVAL_DROPPED_FILE: the eval images dropped
+        and the train records of the `new` spans the served version was trained on."""
+        logging.info("Spans ingested: %s (new to the served version: %s)", resolution.numbers, new)
         index_path, served = served_index
         dropped_path = os.path.join(examples.uri, EVAL_DROPPED_FILE)
         with self._make_beam_pipeline() as pipeline:
             read = pipeline | "ReadCifar10" >> ReadCifar10Splits(resolution.sources, eval_fraction)
             splits = read | "DropEvalLeaks" >> DropEvalLeaks(index_path)
+            seen = read[TRAIN_SPANS] | "SeenTrain" >> CountSeenTrain(index_path, new)
             for split in SPLITS:
                 prefix = os.path.join(artifact_utils.get_split_uri([examples], split), FILE_PREFIX)
                 _ = splits[split] | f"Write[{split}]" >> WriteStoredGzipTFRecords(prefix)
@@ -344,7 +357,7 @@ class Executor(BaseBeamExecutor):
             )
             _ = (
                 splits["dropped"]
-                | "DroppedRecord" >> beam.Map(_dropped_json, served)
+                | "DroppedRecord" >> beam.Map(_dropped_json, served, beam.pvalue.AsSingleton(seen))
                 | "WriteDropped" >> beam.Map(_write_file, dropped_path)
             )
         _unchanged_while_read(resolution)
@@ -352,9 +365,12 @@ class Executor(BaseBeamExecutor):
         examples.set_int_custom_property("eval_copies_of_train_dropped", dropped[COPIES_OF_TRAIN])
         if dropped[SEEN_BY_SERVED] is not None:
             examples.set_int_custom_property("eval_seen_by_served_dropped", dropped[SEEN_BY_SERVED])
+        if dropped[TRAIN_SEEN] is not None:
+            examples.set_int_custom_property("train_seen_by_served", dropped[TRAIN_SEEN])
         logging.info(
             "Eval images dropped: %d copies of train images; images the served model trained "
-            "on: %s",
+            "on: %s. New train images the served model trained on: %s",
             dropped[COPIES_OF_TRAIN],
             dropped["not_checked"] or dropped[SEEN_BY_SERVED],
+            dropped["not_checked"] or dropped[TRAIN_SEEN],
         )

@@ -9,14 +9,12 @@ import os
 from absl import logging
 from tensorflow_metadata.proto.v0 import anomalies_pb2, statistics_pb2
 from tfx.dsl.components.base import base_beam_executor
-from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
 from components import night_facts
 from components.contract import (
     COMPARISON_FILE,
-    EVAL_DROPPED_FILE,
     EVAL_SPLIT,
     NO_NEW_SPAN_PROPERTY,
     NO_NEW_SPAN_REASON_PROPERTY,
@@ -39,13 +37,11 @@ from components.validation_gate.checks import (
     statistics_problems,
 )
 from components.validation_gate.comparison import Comparison, compare
+from components.validation_gate.duplicates import find_duplicates
 from components.validation_gate.labels import check_labels
 from components.validation_gate.records import (
-    DUPLICATE_SHARE,
     OUT_OF_DOMAIN_TOLERANCE,
     domain_features,
-    duplicates,
-    image_hashes,
     out_of_domain,
     read_summaries,
     span_statistics,
@@ -216,39 +212,6 @@ def _stop_on(problems: list[str], drift, labels, copies):
     )
 
 
-def _duplicates(examples: list) -> tuple[dict | None, list[str]]:
-    """Exact and near copies among the run's train and eval images, with the eval images the
-    ExampleGen dropped (None without the examples), and the problem line when there are more
-    than DUPLICATE_SHARE of them."""
-    if not examples:
-        return None, []
-    train, evals = (
-        image_hashes(artifact_utils.get_split_uri(examples, split))
-        for split in (TRAIN_SPLIT, EVAL_SPLIT)
-    )
-    dropped = os.path.join(examples[0].uri, EVAL_DROPPED_FILE)  # none from older ExampleGens
-    recorded = json.loads(io_utils.read_string_file(dropped)) if fileio.exists(dropped) else None
-    copies = duplicates(train, evals, recorded)
-    return copies, duplicate_problems(copies, recorded)
-
-
-def duplicate_problems(copies: dict, recorded: dict | None) -> list[str]:
-    """The problem line when exact and near copies together are more than DUPLICATE_SHARE
-    of the run's images (`copies`: records.duplicates; `recorded`: what the ExampleGen
-    dropped from eval, or None)."""
-    repeated = copies["copies"] + copies["near_copies"]
-    if repeated <= DUPLICATE_SHARE * copies["images"]:
-        return []
-    dropped_copies = recorded["copies_of_train"] if recorded else 0
-    also = copies["eval_in_train"] + dropped_copies
-    return [
-        f"duplicates: {repeated:,} of {copies['images']:,} images are copies of another image "
-        f"of this run ({copies['copies']:,} exact, {copies['near_copies']:,} near: the same "
-        f"picture re-encoded; {also:,} eval images also in train"
-        f"{', dropped' if dropped_copies else ''}; at most {DUPLICATE_SHARE:.0%} accepted)"
-    ]
-
-
 def _labels_not_judged(labels, accept_drift: bool) -> str:
     drifted = "the images drifted from the served model's training data"
     if not accept_drift:
@@ -257,6 +220,10 @@ def _labels_not_judged(labels, accept_drift: bool) -> str:
         f"NOT JUDGED: {drifted} and --accept-drift trains on them; the served model read "
         f"{100 * labels.noise:.1f}% of the labels as wrong"
     )
+
+
+def _records(statistics) -> int:
+    return statistics.datasets[0].num_examples if statistics.datasets else 0
 
 
 # The stops this run accepted (--accept-drift, --accept-labels, --accept-duplicates).
@@ -269,7 +236,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         pipeline with the run's Beam arguments), or None and why not."""
         if not examples:
             return None, "no examples given to the gate"
-        records = train.datasets[0].num_examples if train.datasets else 0
+        records = _records(train)
         return check_labels(examples, served, records, unseen, output_uri, self._make_beam_pipeline)
 
     def Do(self, input_dict, output_dict, exec_properties) -> None:
@@ -295,9 +262,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         unseen = new_spans(examples, served)  # read once: drift and labels judge these
         skew, drift = _comparisons(statistics, train, schema, served, output.uri, examples, unseen)
         problems.extend(skew.problems())
-        copies, duplicated = _duplicates(examples)
         labels, why_not = self._labels(train, examples, served, unseen, output.uri)
         drifted = drift.problems() + (labels.shift_problems() if labels else [])
+        copies, duplicated = find_duplicates(examples, output.uri, _records(train), bool(drifted))
         mislabelled = labels.problems() if labels else []
         if mislabelled and drifted:
             # On images unlike its training data the served model's disagreement says as much

@@ -23,6 +23,11 @@ from components.validation_gate import scoring
 MIN_SCORED = 500
 
 
+def sample_every(train_records: int) -> int:
+    """One record in this many is scored (scoring.kept): at most SCORED_SAMPLE of them."""
+    return max(1, math.ceil(train_records / label_agreement.SCORED_SAMPLE))
+
+
 def check_labels(
     examples: list,
     served: list,
@@ -38,7 +43,7 @@ def check_labels(
     if state is None or state.version is None:
         return None, "no served model: nothing to ask"
     model_dir = path_utils.serving_model_dir(served[0].uri)
-    every = max(1, math.ceil(train_records / label_agreement.SCORED_SAMPLE))
+    every = sample_every(train_records)
     split_uri = artifact_utils.get_split_uri(examples, TRAIN_SPLIT)
     scored = scoring.score_sample(split_uri, model_dir, every, spans, output_dir, make_pipeline)
     if len(scored.labels) < MIN_SCORED:

@@ -24,9 +24,12 @@ from tfx.dsl.io import fileio
 
 from components import model_scoring
 from components.contract import IMAGE_KEY, IMAGE_SHAPE, LABEL_KEY, NUM_CLASSES, RECORD_ID_KEY
+from components.validation_gate import near_copies
 
-# The scored sample, in the gate's output: record ids, labels, probabilities, embeddings.
+# The scored sample, in the gate's output: record ids, labels, probabilities, embeddings and
+# the images' difference hashes (near_copies.py: which embedding copies are near ones).
 SCORED_FILE = "scored_sample.npz"
+_HASH_BYTES = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +40,7 @@ class Scored:
     labels: np.ndarray
     probabilities: np.ndarray
     embeddings: np.ndarray | None  # None: the model exports no `features`
+    near: list[bytes]  # difference hashes
 
 
 def kept(serialized: bytes, every: int) -> bool:
@@ -81,7 +85,7 @@ class _LoadedModel:
 
 class ServedModelHandler(ModelHandler):
     """RunInference's handler for an exported SavedModel: a batch of parsed records ->
-    (record id, label) with (probabilities, embedding or None)."""
+    (record id, label, difference hash) with (probabilities, embedding or None)."""
 
     def __init__(self, model_dir: str):
         self._model_dir = model_dir
@@ -95,9 +99,11 @@ class ServedModelHandler(ModelHandler):
         probabilities, embeddings = model_scoring.score_batch(
             model.model, images, serialized, self._model_dir
         )
+        hashes = near_copies.hashes(images)
         return [
             PredictionResult(
-                record[:2], (probabilities[i], None if embeddings is None else embeddings[i])
+                (*record[:2], hashes[i]),
+                (probabilities[i], None if embeddings is None else embeddings[i]),
             )
             for i, record in enumerate(batch)
         ]
@@ -121,6 +127,9 @@ def _write(results: list[PredictionResult], path: str) -> None:
         if embedded and embedded[0] is not None
         else np.zeros((0, 0), np.float32),
         has_embeddings=np.array(bool(embedded) and embedded[0] is not None),
+        near=np.frombuffer(b"".join(r.example[2] for r in results), np.uint8).reshape(
+            -1, _HASH_BYTES
+        ),
     )
     with fileio.open(path, "wb") as out:
         out.write(buffer.getvalue())
@@ -152,10 +161,19 @@ def score_sample(
             )
     finally:
         _LoadedModel.release_all()
+    return read_scored(output_dir)
+
+
+def read_scored(output_dir: str) -> Scored | None:
+    """The scored sample `score_sample` left in `output_dir`, or None when none was scored."""
+    path = os.path.join(output_dir, SCORED_FILE)
+    if not fileio.exists(path):
+        return None
     with fileio.open(path, "rb") as handle, np.load(io.BytesIO(handle.read())) as found:
         return Scored(
             [str(x) for x in found["ids"]],
             found["labels"],
             found["probabilities"],
             found["embeddings"] if bool(found["has_embeddings"]) else None,
+            [row.tobytes() for row in found["near"]],
         )

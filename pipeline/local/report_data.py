@@ -204,10 +204,24 @@ def _histograms_figure(named_stats: dict[str, Any]) -> str:
     )
 
 
+def _embedded_text(embedded: dict | None) -> str:
+    """The copies the served model's embeddings found in the scored sample, for the
+    duplicates line ('' when it scored none)."""
+    if not embedded:
+        return ""
+    if embedded["skipped"]:
+        return f" (copies by embeddings not judged: {embedded['skipped']})"
+    sampled = f", {embedded['found']:,} in a 1-in-{embedded['every']} sample" * (
+        embedded["every"] > 1
+    )
+    return f", {embedded['copies']:,} by the served model's embeddings{sampled}"
+
+
 def duplicates_text(comparison: dict) -> str:
     """The gate's duplicates finding in one line ('' when it made none): exact copies among
     the run's images and what the ExampleGen dropped from eval, or whether the served
-    version's index could be checked (comparison.json's `duplicates`)."""
+    version's index could be checked, and how many of the new spans' train images the
+    served version was trained on (comparison.json's `duplicates`)."""
     copies = comparison.get("duplicates")
     if not copies:
         return ""
@@ -215,6 +229,7 @@ def duplicates_text(comparison: dict) -> str:
     text = (
         f"{copies['copies']:,} exact copies"
         + ("" if near is None else f" and {near:,} near")
+        + _embedded_text(copies.get("embedding_copies"))
         + f" among {copies['images']:,} images"
     )
     dropped = copies.get("eval_dropped")
@@ -227,6 +242,11 @@ def duplicates_text(comparison: dict) -> str:
             if dropped["not_checked"]
             else f", {dropped['seen_by_served']:,} images the served model trained on dropped"
         )
+        if dropped.get("train_seen_by_served") is not None:  # from an ExampleGen that counts
+            text += (
+                f"; train: {dropped['train_seen_by_served']:,} of "
+                f"{dropped['new_train_records']:,} new images the served model trained on"
+            )
     if comparison.get("duplicates_accepted"):
         text += ", ACCEPTED with --accept-duplicates"
     return text
