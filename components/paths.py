@@ -66,8 +66,14 @@ def write_bytes(path: str, data: bytes) -> None:
         object_store.write_bytes(path, data)
         return
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "wb") as handle:
-        handle.write(data)
+    partial = f"{path}.partial-{os.getpid()}"
+    try:  # whole or not at all: a full disk leaves no half-written file
+        with open(partial, "wb") as handle:
+            handle.write(data)
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
 
 
 def remove_tree(path: str) -> None:

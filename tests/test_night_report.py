@@ -258,3 +258,11 @@ def test_the_span_parameters_reach_the_nested_steps(compiled):
     example_gen = compiled_target.pipeline_tasks(spec)["Cifar10ExampleGen"]
     assert example_gen["inputs"]["parameters"]["span"] == {"componentInputParameter": "span"}
     yaml.safe_dump(spec)  # plain data
+
+
+def test_kfp_local_names_the_same_webhook_variable():
+    """pipeline/kfp_local runs without TFX, so it names the variable instead of importing it."""
+    from components.night_report.message import NOTIFY_VARIABLE
+    from pipeline.kfp_local import plan
+
+    assert plan.NOTIFY_VARIABLE == NOTIFY_VARIABLE

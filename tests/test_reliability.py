@@ -17,6 +17,7 @@ import pytest
 from components.atomic_pusher.executor import STAGING_PREFIX
 from components.atomic_pusher.lock import LOCK_NAME
 from components.contract import SAVED_MODEL_FILE
+from components.night_report.message import NIGHTS_DIR
 
 from conftest import FAST_TRAINING, cli, versions
 
@@ -81,8 +82,12 @@ def assert_every_version_loads(out: Path):
     for version in served:
         tf.saved_model.load(str(out / "serving" / "cifar10" / version))
     base = out / "serving" / "cifar10"
-    # Nothing else but the push lock's file (on local disks a lock file is never removed).
-    assert [p.name for p in base.iterdir() if not p.name.isdigit()] in ([], [LOCK_NAME])
+    # Nothing else but the push lock's file (on local disks a lock file is never removed) and
+    # the nights' records, each whole (one JSON message a file, no partial one left).
+    others = {p.name for p in base.iterdir() if not p.name.isdigit()}
+    assert others <= {LOCK_NAME, NIGHTS_DIR}, others
+    for record in (base / NIGHTS_DIR).iterdir() if NIGHTS_DIR in others else []:
+        assert record.suffix == ".json" and json.loads(record.read_text())["outcome"]
 
 
 def test_killed_during_ingest_then_rerun_completes(tiny_archive, tmp_path):

@@ -155,10 +155,11 @@ def _report_night(output_dir: Path, night: dict, status: int, url: str | None) -
         served_after=_served(output_dir), report=night.get("report"),
     )  # fmt: skip
     try:  # a run refused before it made its folder leaves none behind
-        if output_dir.is_dir():
+        if output_dir.is_dir() and not night.get("disk_full"):
             nights.record(str(output_dir / "serving" / MODEL_NAME), message)
     except OSError as err:
-        print(f"warning: the night's record was not kept: {err}", file=sys.stderr)
+        if not _disk_full(err):  # a full disk has its own error line already
+            print(f"warning: the night's record was not kept: {err}", file=sys.stderr)
     if url is None:
         return
     said = nights.deliver(url, message)
@@ -212,6 +213,7 @@ def _run(args: argparse.Namespace, output_dir: Path, night: dict) -> int:
     except Exception as err:
         full = next((c for c in _causes(err) if _disk_full(c)), None)
         if full is not None:
+            night["disk_full"] = True  # nothing more is written there, the night's record too
             return _refused(
                 night,
                 f"no space left writing to {output_dir} ({full.strerror}); free some "

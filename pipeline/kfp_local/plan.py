@@ -20,6 +20,9 @@ CLOUD_URI = re.compile(r"\b(?:gs|s3)://[^\s\"'\\,;]+")
 DATA_PARAMETER = "source_uri"
 # The stores whose URIs --keep-uris leaves in place: the steps read and write them.
 STORES = ("s3://", "gs://")
+# The exit handler's webhook URL (components.night_report.message.NOTIFY_VARIABLE, named here:
+# this environment has no TFX).
+NOTIFY_VARIABLE = "CIFAR10_NOTIFY_URL"
 
 
 class LocalRunError(ValueError):
@@ -291,7 +294,10 @@ def make_plan(
             )
     steps = sorted(compiled_target.pipeline_tasks(spec))
     handler = compiled_target.exit_task(spec)
+    # Without --keep-uris the store is this machine's folder: of the handler's secrets only
+    # the webhook URL is needed (the store's keys every container gets are not).
     notify = _secret_variables(spec, platform, [handler]) if handler else {}
+    notify = {name: secret for name, secret in notify.items() if name == NOTIFY_VARIABLE}
     if not keep_uris:
         return Plan(spec=spec, steps=steps, not_run=not_run, secret_variables=notify)
     return Plan(
