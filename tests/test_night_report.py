@@ -6,7 +6,6 @@ compiled files hold the handler, run after failed steps too, and no URL."""
 
 import base64
 import json
-import threading
 import time
 from http.server import BaseHTTPRequestHandler
 
@@ -19,6 +18,7 @@ from components.night_report.message import NOTIFY_VARIABLE
 from pipeline import cli
 from pipeline.common import compiled_target, exit_status, kfp_platform
 
+import http_stand_in
 from http_stand_in import serve
 
 KEY = "cifar10-20250101-000000"
@@ -91,25 +91,10 @@ def test_the_exit_statuses_are_runs():
     }  # fmt: skip
 
 
-class _Hook(BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        if type(self).delay:
-            type(self).release.wait(type(self).delay)
-        type(self).received.append(json.loads(body))
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def hook():
-    handler_class = type("Hook", (_Hook,), {"received": [], "delay": 0.0,
-                                            "release": threading.Event()})  # fmt: skip
-    with serve(handler_class, handler_class.release) as url:
-        yield handler_class, f"{url}/hooks/secret-token-9"
+    with http_stand_in.webhook("/hooks/secret-token-9") as found:
+        yield found
 
 
 def test_the_handler_keeps_delivers_and_clears_the_nights_facts(tmp_path, hook, monkeypatch):

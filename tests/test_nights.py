@@ -4,41 +4,20 @@ that is down or slow never changes the outcome or the exit status and costs a bo
 the URL (it often carries a token) is never printed or kept in clear."""
 
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from components.night_report import message as nights
 
+import http_stand_in
 from conftest import FAST_TRAINING, cli
-from http_stand_in import serve
-
-
-class _Webhook(BaseHTTPRequestHandler):
-    received: list = []
-    delay = 0.0
-    release = threading.Event()
-
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        if type(self).delay:
-            type(self).release.wait(type(self).delay)
-        type(self).received.append(json.loads(body))
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture
 def webhook():
-    handler = type("Webhook", (_Webhook,), {"received": [], "delay": 0.0,
-                                            "release": threading.Event()})  # fmt: skip
-    with serve(handler, handler.release) as url:
-        yield handler, f"{url}/hooks/secret-token-123"
+    with http_stand_in.webhook("/hooks/secret-token-123") as found:
+        yield found
 
 
 def test_a_message_is_delivered_once(webhook):
