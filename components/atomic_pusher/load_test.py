@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 from tfx.dsl.io import fileio
 
 import components
-from components import warmup
+from components import paths, warmup
 from components.load_test import LoadTestFailed
 
 # A fresh process imports TensorFlow (2-3 s) and loads the model (about 1 s); a process that
@@ -41,9 +43,26 @@ def _child_env() -> dict[str, str]:
 
 def load_test(staged: str, timeout: float = TIMEOUT_SECONDS) -> str:
     """Runs the test on the staged folder: one line saying how it went (records, largest
-    difference, seconds end to end) when it passed or was skipped; LoadTestFailed when not."""
+    difference, seconds end to end) when it passed or was skipped; LoadTestFailed when not.
+    A staged folder on an object store is read back into a local folder first, every file
+    as the store holds it: the fresh process then needs no store of its own (tensorflow-io's
+    s3:// aborts a process at exit, tensorflow/io#2039)."""
     if not fileio.exists(os.path.join(staged, warmup.WARMUP_FILE)):
         return "skipped: the model has no warmup records"
+    if not paths.is_remote(staged):
+        return _run_child(staged, timeout)
+    local = tempfile.mkdtemp(prefix="load-test-")
+    try:
+        for path in paths.walk(staged):
+            target = os.path.join(local, path[len(staged) :].lstrip("/"))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            fileio.copy(path, target, overwrite=True)
+        return _run_child(local, timeout)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+
+
+def _run_child(staged: str, timeout: float) -> str:
     started = time.time()
     try:
         done = subprocess.run(
