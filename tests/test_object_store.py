@@ -475,7 +475,8 @@ def test_the_kubeflow_file_runs_three_nights_on_the_store(seaweedfs, tiny_archiv
     assert served.returncode == 0, served.stderr[-3000:]
     assert f"Model: {model_dir}/{first[0]}" in served.stderr
 
-    span_2 = fx.binary_archive(tmp_path / "span2.tar.gz", batches=2, per_class=50)
+    # new images (other seeds): re-sent old ones stop the gate as old data sent as new
+    span_2 = fx.binary_archive(tmp_path / "span2.tar.gz", batches=2, per_class=50, seed=5)
     seaweedfs.upload(span_2, "nightly/span-2/cifar.tar.gz")
     second = _cli(seaweedfs, "local-kfp", path, "--keep-uris", "--output-dir", out, timeout=1500)
     assert second.returncode == 0, second.stderr[-4000:] + second.stdout[-2000:]
