@@ -159,4 +159,8 @@ def test_the_kubeflow_file_pushes_to_gs_and_then_finds_nothing_new(
     second = _cli(namespace, "local-kfp", path, "--keep-uris", "--output-dir", out, timeout=1500)
     assert second.returncode == 0, second.stderr[-4000:] + second.stdout[-4000:]
     assert "outcome        no_new_span: no new span" in second.stdout, second.stdout[-3000:]
-    assert _names(namespace, serving) == names
+
+    def versions(listed):  # each night also keeps its record in .nights/, by design
+        return [name for name in listed if "/.nights/" not in name]
+
+    assert versions(_names(namespace, serving)) == versions(names)
