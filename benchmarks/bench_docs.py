@@ -116,7 +116,12 @@ def detect_machine(cpuinfo_path: str = "/proc/cpuinfo", environ=None) -> Machine
 
 
 def _git(*args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True)
+    """git's answer, or "" where there is none: not a checkout, or no git on this host (a
+    copied tree such as the Debian 13 check's or an image's)."""
+    try:
+        done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True)
+    except OSError:
+        return ""
     return done.stdout.strip() if done.returncode == 0 else ""
 
 

@@ -220,3 +220,12 @@ def test_detect_machine_reads_cpuinfo(tmp_path):
         "family 25 model 1",
     )
     assert machine.flags == ("avx2", "fma")
+
+
+def test_a_host_without_git_names_the_commit_unknown(monkeypatch, tmp_path):
+    """An image or root filesystem copied without git (the Debian 13 check, a container) still
+    prints its measurement line: the commit is unknown, not a crash."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    facts = bench_docs.run_facts()
+    assert facts["commit"] == "unknown"
+    assert bench_docs.measured_on().startswith("commit unknown, ")

@@ -28,7 +28,11 @@ NOISE = (
     "absl::InitializeLog",
 )
 # TensorFlow's C++ log format: "2026-01-01 00:00:00.000000: E file.cc:12] message"
-CPP_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] ", re.MULTILINE)
+# or absl's: "I0000 00:00:1796442664.035167   29925 port.cc:153] message"
+CPP_LOG_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] |[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ )",
+    re.MULTILINE,
+)
 SAMPLE_NOISE = (
     "2026-12-05 00:11:55.195288: I tensorflow/core/util/port.cc:113] oneDNN custom operations "
     "are on. You may see slightly different numerical results.\n"
@@ -43,6 +47,19 @@ SAMPLE_NOISE = (
     "TensorFlow with the appropriate compiler flags.\n"
     "2026-12-05 00:11:56.058757: W tensorflow/compiler/tf2tensorrt/utils/py_utils.cc:38] "
     "TF-TRT Warning: Could not find TensorRT\n"
+)
+
+
+# The same lines from TensorFlow 2.21 (the current stack), in absl's format, where a machine
+# with no CUDA device also gets cuInit's error.
+SAMPLE_NOISE_CURRENT = (
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+    "I0000 00:00:1796442664.035167   29925 port.cc:153] oneDNN custom operations are on. You "
+    "may see slightly different numerical results due to floating-point round-off errors.\n"
+    "I0000 00:00:1796442664.035595   29925 cudart_stub.cc:31] Could not find cuda drivers on "
+    "your machine, GPU will not be used.\n"
+    "E0000 00:00:1796442666.028245   29925 cuda_platform.cc:52] failed call to cuInit: "
+    "INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)\n"
 )
 
 
@@ -67,11 +84,20 @@ def _logs(state: Path) -> list[Path]:
     return sorted((state / "cifar10-pipeline" / "logs").glob("*.log"))
 
 
-def test_a_log_that_holds_only_the_start_up_lines_is_removed(tmp_path):
+@pytest.mark.parametrize("noise", [SAMPLE_NOISE, SAMPLE_NOISE_CURRENT], ids=["tf2.16", "tf2.21"])
+def test_a_log_that_holds_only_the_start_up_lines_is_removed(tmp_path, noise):
     log = tmp_path / "logs" / "x.log"
     with library_log.to_file(log):
-        os.write(2, SAMPLE_NOISE.encode())
+        os.write(2, noise.encode())
     assert not log.exists()
+
+
+def test_a_cuda_error_that_is_not_the_start_up_one_stays(tmp_path):
+    log = tmp_path / "x.log"
+    real = "E0000 00:00:1796442666.1   29925 cuda_executor.cc:9] CUDA error: out of memory\n"
+    with library_log.to_file(log):
+        os.write(2, (SAMPLE_NOISE_CURRENT + real).encode())
+    assert log.read_text() == real
 
 
 def test_the_start_up_lines_leave_the_log_and_the_rest_stays(tmp_path):

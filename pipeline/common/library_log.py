@@ -24,7 +24,10 @@ STARTUP_NOISE = (
     b"Unable to register cuBLAS factory",
     b"oneDNN custom operations are on",
     b"Could not find cuda drivers on your machine",
+    # TF 2.16: "CUDA_ERROR_NO_DEVICE"; TF 2.21 on a machine with no CUDA device at all:
+    # "INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)"
     b"failed call to cuInit: CUDA_ERROR_NO_DEVICE",
+    b"failed call to cuInit: INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)",
     b"This TensorFlow binary is optimized to use available CPU instructions",
     b"To enable the following instructions:",  # the line above goes on with this one
     b"TF-TRT Warning: Could not find TensorRT",
