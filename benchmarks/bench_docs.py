@@ -116,13 +116,11 @@ def detect_machine(cpuinfo_path: str = "/proc/cpuinfo", environ=None) -> Machine
 
 
 def _git(*args: str) -> str:
-    """git's answer, or "" where there is none: not a checkout, or no git on this host (a
-    copied tree such as the Debian 13 check's or an image's)."""
     try:
         done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True)
-    except OSError:
+        return done.stdout.strip() if done.returncode == 0 else ""
+    except OSError:  # no git on this host: a copied tree (an image, the Debian 13 check)
         return ""
-    return done.stdout.strip() if done.returncode == 0 else ""
 
 
 def _version(package: str) -> str:
@@ -135,7 +133,7 @@ def _version(package: str) -> str:
 def _os_release(path: str = "/etc/os-release") -> str:
     try:
         lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
+    except OSError:  # no git on this host: a copied tree (an image, the Debian 13 check)
         return ""
     names = dict(line.partition("=")[::2] for line in lines if "=" in line)
     return names.get("PRETTY_NAME", "").strip().strip('"')
