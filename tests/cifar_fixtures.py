@@ -210,6 +210,27 @@ def served_version(base, version: str, spans_record: dict[int, str] | None = Non
     return folder
 
 
+def ingest(out_dir: Path, root: Path, served, **component_args):
+    """The ExampleGen's executor run on the spans under `root` with `served` (a ServedModel
+    artifact) as its input, as the pipeline runs it: its Examples artifact, at
+    `out_dir/examples`."""
+    from tfx.types import standard_artifacts
+    from tfx.utils import proto_utils
+
+    from components.cifar10_example_gen import executor as example_gen
+    from components.cifar10_example_gen.component import Cifar10ExampleGen
+
+    component = Cifar10ExampleGen(source_uri=str(root), source_fingerprint="x", **component_args)
+    properties = {
+        k: v if isinstance(v, (str, int, float)) else proto_utils.proto_to_json(v)
+        for k, v in component.exec_properties.items()
+    }
+    examples = standard_artifacts.Examples()
+    examples.uri = str(out_dir / "examples")
+    example_gen.Executor().Do({"served_model": [served]}, {"examples": [examples]}, properties)
+    return examples
+
+
 def tiny_served_model(run_dir: Path, version: str = "1") -> Path:
     """`<run_dir>/serving/cifar10/<version>`, laid out as `run --output-dir` leaves it:
     an untrained network shaped like the real one (uint8 [N,32,32,3] -> 10 logits),

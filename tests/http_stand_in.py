@@ -71,3 +71,15 @@ def webhook(path: str = "/hooks/secret-token"):
     handler = type("Webhook", (_Webhook,), {"received": [], "release": threading.Event()})
     with serve(handler, handler.release) as url:
         yield handler, f"{url}{path}"
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """A stand-in API's handler: `reply` answers with a JSON body."""
+
+    def reply(self, body: dict, status: int = 200) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)

@@ -4,7 +4,6 @@ REST API."""
 
 import json
 import socket
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -344,19 +343,11 @@ def test_vertex_compile_without_project_is_one_line(capsys):
     )
 
 
-class _FakeKfp(BaseHTTPRequestHandler):
+class _FakeKfp(http_stand_in.JsonHandler):
     """The slice of the KFP v2beta1 REST API that kfp.Client uses to create a run."""
 
     requests: list = []
     refuse_with = 0  # an HTTP status to answer every request with, e.g. 401
-
-    def _reply(self, status: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def _record(self) -> tuple[str, dict, dict]:
         length = int(self.headers.get("Content-Length") or 0)
@@ -369,22 +360,22 @@ class _FakeKfp(BaseHTTPRequestHandler):
     def do_GET(self):
         path, _, _ = self._record()
         if self.refuse_with:
-            return self._reply(self.refuse_with, {"error": "denied", "code": 16})
+            return self.reply({"error": "denied", "code": 16}, self.refuse_with)
         if path == "/apis/v2beta1/healthz":
-            return self._reply(200, {"multi_user": False})
+            return self.reply({"multi_user": False}, 200)
         if path == "/apis/v2beta1/experiments":
-            return self._reply(200, {})  # no experiment with that name yet
-        return self._reply(404, {"error": f"no route {path}"})
+            return self.reply({}, 200)  # no experiment with that name yet
+        return self.reply({"error": f"no route {path}"}, 404)
 
     def do_POST(self):
         path, _, body = self._record()
         if self.refuse_with:
-            return self._reply(self.refuse_with, {"error": "denied", "code": 16})
+            return self.reply({"error": "denied", "code": 16}, self.refuse_with)
         if path == "/apis/v2beta1/experiments":
-            return self._reply(200, {**body, "experiment_id": "exp-7"})
+            return self.reply({**body, "experiment_id": "exp-7"}, 200)
         if path == "/apis/v2beta1/runs":
-            return self._reply(200, {**body, "run_id": "run-42", "state": "PENDING"})
-        return self._reply(404, {"error": f"no route {path}"})
+            return self.reply({**body, "run_id": "run-42", "state": "PENDING"}, 200)
+        return self.reply({"error": f"no route {path}"}, 404)
 
     def log_message(self, *args):
         pass

@@ -8,11 +8,9 @@ import json
 import pytest
 import tensorflow as tf
 from tfx.types import artifact_utils, standard_artifacts
-from tfx.utils import proto_utils
 
 from components.cifar10_example_gen import executor as example_gen
 from components.cifar10_example_gen import spans
-from components.cifar10_example_gen.component import Cifar10ExampleGen
 from components.served_state import executor as served_state
 
 import cifar_fixtures as fx
@@ -42,18 +40,6 @@ def _served(tmp_path, version, fingerprints):
     return artifact
 
 
-def _ingest(tmp_path, root, served):
-    component = Cifar10ExampleGen(source_uri=str(root), source_fingerprint="x")
-    properties = {
-        k: v if isinstance(v, (str, int, float)) else proto_utils.proto_to_json(v)
-        for k, v in component.exec_properties.items()
-    }
-    examples = standard_artifacts.Examples()
-    examples.uri = str(tmp_path / "examples")
-    example_gen.Executor().Do({"served_model": [served]}, {"examples": [examples]}, properties)
-    return examples
-
-
 def _count(examples, split):
     pattern = f"{artifact_utils.get_split_uri([examples], split)}/*"
     return sum(1 for _ in tf.data.TFRecordDataset(tf.io.gfile.glob(pattern), "GZIP"))
@@ -62,7 +48,7 @@ def _count(examples, split):
 def test_a_night_with_nothing_new_passes_through_with_empty_splits(tmp_path):
     root = _spans(tmp_path, 1)
     fingerprint = spans.resolve(str(root)).fingerprints[1]
-    examples = _ingest(tmp_path, root, _served(tmp_path, "5", {"1": fingerprint}))
+    examples = fx.ingest(tmp_path, root, _served(tmp_path, "5", {"1": fingerprint}))
     assert examples.get_int_custom_property("no_new_span") == 1
     reason = examples.get_string_custom_property("no_new_span_reason")
     assert reason.startswith("no new span: served version 5 was trained on spans [1]"), reason
@@ -73,7 +59,7 @@ def test_a_night_with_nothing_new_passes_through_with_empty_splits(tmp_path):
 def test_a_new_span_is_ingested_and_recorded(tmp_path):
     root = _spans(tmp_path, 2)
     resolved = spans.resolve(str(root), window=2).fingerprints
-    examples = _ingest(tmp_path, root, _served(tmp_path, "5", {"1": resolved[1]}))
+    examples = fx.ingest(tmp_path, root, _served(tmp_path, "5", {"1": resolved[1]}))
     assert not examples.get_int_custom_property("no_new_span")
     assert _count(examples, "train") + _count(examples, "eval") == 20
     record = json.loads((tmp_path / "examples" / "training_spans.json").read_text())
@@ -93,4 +79,4 @@ def test_a_span_that_changes_while_it_is_read_is_refused(tmp_path, monkeypatch):
 
     monkeypatch.setattr(example_gen, "_tagged_examples", read_then_change)
     with pytest.raises(spans.SpanError, match=r"span-2 .*changed while it was being read"):
-        _ingest(tmp_path, root, _served(tmp_path, "5", {}))
+        fx.ingest(tmp_path, root, _served(tmp_path, "5", {}))

@@ -5,7 +5,6 @@ over HTTP to a local stand-in for the Vertex endpoint API; a refused call change
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -20,7 +19,7 @@ ENDPOINT = "projects/proj-x/locations/us-central1/endpoints/777"
 MODELS = {"100": "1100", "200": "1200", "300": "1300"}  # version -> deployed model id
 
 
-class _FakeEndpoints(BaseHTTPRequestHandler):
+class _FakeEndpoints(http_stand_in.JsonHandler):
     """Vertex's endpoint API: GET of an endpoint, PATCH of its traffic split (UpdateEndpoint,
     answered with the endpoint, as Vertex does: no long-running operation). Every request is
     kept (method, path, query, body); `fault` is an HTTP status the PATCH gets instead."""
@@ -29,14 +28,6 @@ class _FakeEndpoints(BaseHTTPRequestHandler):
     requests: list = []
     fault = 0
 
-    def _reply(self, body, status=200):
-        reply = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(reply)))
-        self.end_headers()
-        self.wfile.write(reply)
-
     def _known(self) -> bool:
         """Keeps the request; answers 404 for anything but the endpoint."""
         length = int(self.headers.get("Content-Length") or 0)
@@ -44,22 +35,22 @@ class _FakeEndpoints(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         _FakeEndpoints.requests.append((self.command, url.path, parse_qs(url.query), self.body))
         if url.path != f"/v1/{ENDPOINT}":
-            self._reply({"error": {"code": 404, "message": f"{url.path} not found"}}, 404)
+            self.reply({"error": {"code": 404, "message": f"{url.path} not found"}}, 404)
         return url.path == f"/v1/{ENDPOINT}"
 
     def do_GET(self):
         if self._known():
-            self._reply(_FakeEndpoints.endpoint)
+            self.reply(_FakeEndpoints.endpoint)
 
     def do_PATCH(self):
         if not self._known():
             return
         if _FakeEndpoints.fault:
             status = _FakeEndpoints.fault
-            self._reply({"error": {"code": status, "message": f"injected {status}"}}, status)
+            self.reply({"error": {"code": status, "message": f"injected {status}"}}, status)
             return
         _FakeEndpoints.endpoint["trafficSplit"] = self.body["trafficSplit"]
-        self._reply(_FakeEndpoints.endpoint)
+        self.reply(_FakeEndpoints.endpoint)
 
     def log_message(self, *args):
         pass

@@ -75,7 +75,7 @@ def _resent(tmp_path):
 
 def test_a_new_span_re_sending_the_served_versions_train_images_is_counted(tmp_path):
     root, served = _resent(tmp_path)
-    examples = _ingest(tmp_path, root, served, window=1)
+    examples = fx.ingest(tmp_path, root, served, span_window=1)
     recorded = _recorded(tmp_path)
     assert recorded["new_spans"] == [2] and recorded["new_train_records"] == 100
     assert recorded["train_seen_by_served"] == 100
@@ -91,7 +91,7 @@ def test_a_rolling_windows_seen_span_is_not_counted(tmp_path):
     _span(root, 1, first, test_seed=91)
     _span(root, 2, _data(seed=2), test_seed=92)
     served = _served(tmp_path, root, {1: first})
-    examples = _ingest(tmp_path, root, served, window=2)
+    examples = fx.ingest(tmp_path, root, served, span_window=2)
     recorded = _recorded(tmp_path)
     assert recorded["new_spans"] == [2] and recorded["new_train_records"] == 100
     assert recorded["train_seen_by_served"] == 0 and recorded["train_seen_by_span"] == {}
@@ -103,29 +103,10 @@ def test_a_forced_rerun_of_a_seen_span_has_no_new_span_to_count(tmp_path):
     first = _data(seed=1)
     _span(root, 1, first, test_seed=91)
     served = _served(tmp_path, root, {1: first})
-    _ingest(tmp_path, root, served, window=1, force=1)
+    fx.ingest(tmp_path, root, served, span_window=1, force=1)
     recorded = _recorded(tmp_path)
     assert recorded["new_spans"] == [] and recorded["new_train_records"] == 0
     assert recorded["train_seen_by_served"] == 0
-
-
-def _ingest(tmp_path, root, served, window, force=0):
-    from tfx.utils import proto_utils
-
-    from components.cifar10_example_gen import executor as example_gen
-    from components.cifar10_example_gen.component import Cifar10ExampleGen
-
-    component = Cifar10ExampleGen(
-        source_uri=str(root), source_fingerprint="x", span_window=window, force=force
-    )
-    properties = {
-        k: v if isinstance(v, (str, int, float)) else proto_utils.proto_to_json(v)
-        for k, v in component.exec_properties.items()
-    }
-    examples = standard_artifacts.Examples()
-    examples.uri = str(tmp_path / "examples")
-    example_gen.Executor().Do({"served_model": [served]}, {"examples": [examples]}, properties)
-    return examples
 
 
 def test_the_gate_stops_a_span_of_images_the_served_version_was_trained_on(tmp_path):
@@ -135,7 +116,7 @@ def test_the_gate_stops_a_span_of_images_the_served_version_was_trained_on(tmp_p
     from pipeline.local.report_text import comparison_lines
 
     root, served = _resent(tmp_path)
-    examples = _ingest(tmp_path, root, served, window=1)
+    examples = fx.ingest(tmp_path, root, served, span_window=1)
     statistics = _sample(seed=2), _sample(seed=3)
     with pytest.raises(DataValidationError) as stopped:
         _gate(tmp_path, *statistics, examples=examples)

@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -319,7 +318,7 @@ def test_submit_dry_run_refuses_a_file_that_is_not_a_pipeline(tmp_path, capsys):
     assert "not a compiled Vertex pipeline" in capsys.readouterr().err
 
 
-class _FakeVertex(BaseHTTPRequestHandler):
+class _FakeVertex(http_stand_in.JsonHandler):
     """Vertex's REST API (create, then get: running, then succeeded) and the Cloud Storage
     bucket lookup PipelineJob.submit makes for the pipeline root. `faults` are taken one
     per job GET before it is answered: an HTTP status to reply with instead, or "hang"
@@ -333,30 +332,22 @@ class _FakeVertex(BaseHTTPRequestHandler):
     created = ""  # the created job's resource name
     gets: list = []  # the paths of the job GETs, in order
 
-    def _reply(self, body, status=200):
-        reply = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(reply)))
-        self.end_headers()
-        self.wfile.write(reply)
-
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         _FakeVertex.requests.append((self.path, body))
         parent = self.path.split("?")[0].removeprefix("/v1/").removesuffix("/pipelineJobs")
         _FakeVertex.created = f"{parent}/pipelineJobs/{JOB_ID}"
-        self._reply({**body, "name": _FakeVertex.created, "state": "PIPELINE_STATE_PENDING"})
+        self.reply({**body, "name": _FakeVertex.created, "state": "PIPELINE_STATE_PENDING"})
 
     def do_GET(self):
         if self.path.startswith("/storage/v1/b/"):
-            self._reply({"name": "bucket-x", "projectNumber": PROJECT_NUMBER})
+            self.reply({"name": "bucket-x", "projectNumber": PROJECT_NUMBER})
             return
         path = self.path.split("?")[0]
         _FakeVertex.gets.append(path)
         if path != f"/v1/{_FakeVertex.created}":
             status = {"code": 404, "message": f"{path} not found", "status": "NOT_FOUND"}
-            self._reply({"error": status}, status=404)
+            self.reply({"error": status}, status=404)
             return
         if _FakeVertex.faults:
             fault = _FakeVertex.faults.pop(0)
@@ -364,12 +355,12 @@ class _FakeVertex(BaseHTTPRequestHandler):
                 _FakeVertex.release.wait(HANG_SECONDS)
             else:
                 status = {"code": fault, "message": f"injected {fault}", "status": "INJECTED"}
-                self._reply({"error": status}, status=fault)
+                self.reply({"error": status}, status=fault)
                 return
         _FakeVertex.polls += 1
         done = _FakeVertex.polls > 2
         task_state = "SUCCEEDED" if done else "RUNNING"
-        self._reply(
+        self.reply(
             {
                 "name": _FakeVertex.created,
                 "state": "PIPELINE_STATE_SUCCEEDED" if done else "PIPELINE_STATE_RUNNING",
