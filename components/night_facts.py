@@ -1,10 +1,11 @@
 """What a compiled run's steps know about the night, kept for its exit handler: each step that
 knows a fact writes `<serving_model_dir>/.nights/running/<night key>/<step>.json` (the night
-key is the KFP run's name, `{{$.pipeline_job_name}}`, substituted by the backend, Vertex and
-kfp.local alike). ServedState opens the folder and names it on its output artifact
-(FACTS_PROPERTY), which every later step that writes a fact reads; a local run sets no key and
-nothing is written. The exit handler composes the night's message from these files and the
-run's final status, then removes the folder."""
+key is the run's UUID, `{{$.pipeline_job_uuid}}`, substituted by the KFP backend, Vertex and
+kfp.local alike; KFP's `{{$.pipeline_job_name}}` is the display name, which may repeat).
+ServedState opens the folder and names it on its output artifact (FACTS_PROPERTY), which every
+later step that writes a fact reads; a local run sets no key and nothing is written.
+The exit handler composes the night's message from these files and the run's final status,
+then removes the folder."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from components import paths
 # The serving folder's record of nights (`status` reads it), and the running nights' facts.
 NIGHTS_DIR = ".nights"
 RUNNING_DIR = "running"
-# The compiled constant of ServedState's night key: the run's name, substituted at run time.
-NIGHT_KEY_PLACEHOLDER = "{{$.pipeline_job_name}}"
+# The compiled constant of ServedState's night key: the run's UUID, substituted at run time.
+NIGHT_KEY_PLACEHOLDER = "{{$.pipeline_job_uuid}}"
 # On ServedState's output: the folder later steps write their facts to ('' or absent: none).
 FACTS_PROPERTY = "night_facts"
 SERVED, EXAMPLES, GATE, EVALUATION, PUSHER = (
@@ -62,7 +63,7 @@ def read_all(facts_dir: str) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
     if not facts_dir or not paths.exists(facts_dir):
         return found
-    for step in (SERVED, EXAMPLES, GATE, EVALUATION):
+    for step in (SERVED, EXAMPLES, GATE, EVALUATION, PUSHER):
         path = paths.join(facts_dir, f"{step}.json")
         if paths.exists(path):
             try:

@@ -217,7 +217,7 @@ def _span_settings(config: PipelineConfig) -> dict:
 
 
 def create_pipeline(config: PipelineConfig, night_key: str | None = None) -> tfx_pipeline.Pipeline:
-    """`night_key`: compiled files' run name placeholder, under which the steps keep the
+    """`night_key`: compiled files' run UUID placeholder, under which the steps keep the
     night's facts for the exit handler (components/night_report); None locally."""
     # The served state, read once, first: every step that needs what is served (the
     # ExampleGen's nothing-stale rule, the gate's drift baseline, warm start, the Evaluator's

@@ -22,6 +22,7 @@ from components.contract import (
     LABEL_KEY,
     SERVED_STATISTICS_FILE,
 )
+from components.validation_gate import executor as gate_executor
 from components.validation_gate.checks import DataValidationError
 from components.validation_gate.comparison import (
     MIN_COMPARED_EXAMPLES,
@@ -288,9 +289,14 @@ def served_statistics():
     return _statistics(*_sample(seed=1))
 
 
-def test_data_like_the_served_models_passes_and_says_what_it_compared(tmp_path, served_statistics):
+def test_data_like_the_served_models_passes_and_says_what_it_compared(
+    tmp_path, served_statistics, monkeypatch
+):
+    facts = tmp_path / "facts"  # a compiled night's facts folder: the pass is kept for its report
+    monkeypatch.setattr(gate_executor.night_facts, "facts_dir_of", lambda served: str(facts))
     serving = _served(tmp_path, served_statistics)
     verdict = _gate(tmp_path, _sample(seed=2), _sample(seed=3), serving)
+    assert json.loads((facts / "DataValidationGate.json").read_text()) == {"passed": True}
     drift = verdict["drift"]
     assert drift["old"] == "the training data of served version 1700000000"
     compared = {d["feature"] for d in drift["distances"]}

@@ -73,6 +73,74 @@ def test_each_outcome_is_composed_from_the_facts_and_the_final_status(status, st
     assert night["exit_status"] == compose.EXIT_STATUS[outcome]
 
 
+# The open-source KFP backend (2.14 and later) passes the exit-handler group's MLMD state
+# ("COMPLETE", "FAILED", ...) as a Struct, with an empty error; Vertex and kfp.local say
+# "SUCCEEDED".
+KFP_COMPLETE = {"state": "COMPLETE", "pipelineTaskName": "tfx-dag", "pipelineJobResourceName": KEY}
+KFP_FAILED = {**KFP_COMPLETE, "state": "FAILED", "error": {}}
+
+
+@pytest.mark.parametrize("form", [dict, _struct], ids=["dict", "struct"])
+def test_the_kfp_backends_complete_state_is_a_succeeded_run(form):
+    kept = {"ServedState": {"served_before": "1"}, "Evaluator": {"blessed": True}}
+    night = compose.compose(form(KFP_COMPLETE), kept, "2", "kubeflow")
+    assert night["outcome"] == "pushed" and night["failed_step"] is None
+    night = compose.compose(form(KFP_FAILED), kept, "1", "kubeflow")
+    assert night["outcome"] == "failed" and night["failed_step"] == "AtomicPusher"
+
+
+@pytest.mark.parametrize(
+    ("steps", "failed_step"),
+    [
+        ((), "ServedState"),
+        (("ServedState",), "Cifar10ExampleGen"),
+        (
+            ("ServedState", "Cifar10ExampleGen"),
+            "StatisticsGen, ExampleValidator or DataValidationGate",
+        ),
+        (("ServedState", "Cifar10ExampleGen", "DataValidationGate"), "Trainer or Evaluator"),
+        (("ServedState", "Cifar10ExampleGen", "DataValidationGate", "Evaluator"), "AtomicPusher"),
+    ],
+)
+def test_a_failed_night_names_the_step_after_the_last_one_that_kept_its_facts(steps, failed_step):
+    """KFP's final status names no failed step (the backend's carries no error at all): the
+    facts each step kept as it finished tell how far the night got."""
+    facts = {
+        "ServedState": {"served_before": "1"},
+        "Cifar10ExampleGen": {"spans": [1], "no_new_span": False},
+        "DataValidationGate": {"passed": True},
+        "Evaluator": {"blessed": True},
+    }
+    night = compose.compose(FAILED, {s: facts[s] for s in steps}, "1", "kubeflow")
+    assert night["outcome"] == "failed" and night["failed_step"] == failed_step
+
+
+def test_the_handler_reads_the_pushers_served_changed(tmp_path):
+    """A night whose served version changed under it (another night pushed): its own outcome
+    is served_changed, not the other night's push."""
+    serving = tmp_path / "serving"
+    push_version(serving, "1")
+    keep(
+        serving,
+        ServedState={"served_before": "1"},
+        Evaluator={"blessed": True},
+        AtomicPusher={"served_changed": "the served version changed from 1 to 2"},
+    )
+    push_version(serving, "2")
+    night = handler.report_night(SUCCEEDED, str(serving), KEY, "kubeflow", "")
+    assert night["outcome"] == "served_changed" and night["exit_status"] == 6
+
+
+def test_a_version_that_failed_its_load_test_is_that_outcome(tmp_path):
+    serving = tmp_path / "serving"
+    push_version(serving, "1")
+    error = "load test: version 2 answered differently; nothing pushed"
+    keep(serving, ServedState={"served_before": "1"}, AtomicPusher={"load_test_failed": error})
+    night = handler.report_night(FAILED, str(serving), KEY, "kubeflow", "")
+    assert night["outcome"] == "load_test_failed" and night["exit_status"] == 9
+    assert night["failed_step"] == "AtomicPusher" and night["error"] == error
+
+
 def test_a_gate_stop_carries_its_stop_lines():
     error = "data validation failed, training will not start:\n  - drifted: label\n  - other"
     kept = {"DataValidationGate": {"kind": "DataDriftError", "error": error}}
@@ -219,6 +287,13 @@ def test_the_compiled_file_runs_the_handler_after_the_steps_whatever_they_did(co
     )
     assert compiled_target.exit_task(spec) == "NightReport"
     assert "127.0.0.1" not in text and "never-in-a-file" not in text
+
+
+def test_the_night_key_is_the_runs_unique_id():
+    """The open-source KFP backend substitutes `{{$.pipeline_job_name}}` with the run's display
+    name, which two runs may share (`submit --run-name first` twice): their facts would mix.
+    The run's UUID is unique on KFP, Vertex and kfp.local alike."""
+    assert night_facts.NIGHT_KEY_PLACEHOLDER == "{{$.pipeline_job_uuid}}"
 
 
 def test_only_the_secrets_name_is_compiled_in(compiled):

@@ -3,6 +3,7 @@ records and its own answers to them, and the Pusher loads the staged copy in a f
 replays the records and refuses a version whose variables are damaged or whose answers
 changed, leaving the served version as it was."""
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -105,8 +106,10 @@ def _swap_weights(model, other: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", ["truncated variables", "changed model"])
-def test_a_version_that_fails_its_load_test_is_not_pushed(exported, tmp_path, damage):
+def test_a_version_that_fails_its_load_test_is_not_pushed(exported, tmp_path, damage, monkeypatch):
     base = tmp_path / "serving" / "cifar10"
+    facts = tmp_path / "facts"  # a compiled night's facts folder, for its report
+    monkeypatch.setattr(pusher.night_facts, "facts_dir_of", lambda served: str(facts))
     first = _push(tmp_path, _model_artifact(tmp_path, exported[1], "first"), True, base)
     [served] = _versions(base)
     assert first.get_string_custom_property(pusher.LOAD_TEST_KEY).startswith(PASSED)
@@ -117,6 +120,8 @@ def test_a_version_that_fails_its_load_test_is_not_pushed(exported, tmp_path, da
         _swap_weights(bad, exported[2])
     with pytest.raises(pusher.LoadTestFailed, match="nothing pushed, the served version stays"):
         _push(tmp_path, bad, True, base)
+    kept = json.loads((facts / "AtomicPusher.json").read_text())
+    assert "nothing pushed, the served version stays" in kept["load_test_failed"]
     assert _versions(base) == [served]
     assert not [n for n in os.listdir(base) if n.startswith(pusher.STAGING_PREFIX)]
     served_files = {p.name for p in (base / served).iterdir()}

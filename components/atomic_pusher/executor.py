@@ -40,7 +40,7 @@ from tfx.utils import io_utils
 
 from components import night_facts, object_store, served_versions
 from components.atomic_pusher import retention
-from components.atomic_pusher.load_test import LoadTestFailed, load_test  # noqa: F401
+from components.atomic_pusher.load_test import LoadTestFailed, load_test
 from components.atomic_pusher.lock import push_lock
 from components.atomic_pusher.staging import (  # noqa: F401 - STAGING_PREFIX, DEAD_AFTER_SECONDS: named here too
     COMMIT_FILE,
@@ -341,6 +341,10 @@ class Executor(pusher_executor.Executor):
             _served_changed(input_dict, model_push, changed)
             self._MarkNotPushed(model_push)
             return
+        except LoadTestFailed as failed:  # kept for a compiled run's report, then raised
+            facts = night_facts.facts_dir_of(input_dict.get("served_model") or [])
+            night_facts.write(facts, night_facts.PUSHER, {"load_test_failed": str(failed)})
+            raise
         if tested:
             logging.info("Load test of the staged version %s", tested[0])
             model_push.set_string_custom_property(LOAD_TEST_KEY, tested[0])

@@ -16,6 +16,19 @@ EXIT_STATUS = {
     "pushed": 0, "no_new_span": 0, "failed": 1, "data_invalid": 3, "drift": 3, "labels": 3,
     "duplicates": 3, "not_blessed": 4, "served_changed": 6, "load_test_failed": 9,
 }  # fmt: skip
+# A final status that is a success: Vertex's and kfp.local's word, and the open-source KFP
+# backend's (2.14 and later: the exit-handler group's ML Metadata state).
+SUCCEEDED_STATES = ("SUCCEEDED", "COMPLETE", "CACHED")
+# How far a failed night got: the facts each step keeps as it finishes
+# (components/night_facts.py), in order, each with the steps that may have failed when it is
+# the first after the last kept. KFP's final status names no step of the nested TFX group
+# (the open-source backend's carries no error at all).
+PROGRESS = (
+    (night_facts.SERVED, "ServedState"),
+    (night_facts.EXAMPLES, "Cifar10ExampleGen"),
+    (night_facts.GATE, "StatisticsGen, ExampleValidator or DataValidationGate"),
+    (night_facts.EVALUATION, "Trainer or Evaluator"),
+)
 # The gate's error class -> the night's outcome (components/validation_gate/checks.py).
 GATE_OUTCOMES = {
     "DataDriftError": "drift",
@@ -40,8 +53,9 @@ def final_status(text: Any) -> dict[str, Any]:
         except ValueError:
             status = {"state": "FAILED", "error": {"message": f"unreadable final status: {text}"}}
     error = status.get("error") or {}
+    state = str(status.get("state", "FAILED")).upper()
     return {
-        "state": str(status.get("state", "FAILED")).upper(),
+        "state": "SUCCEEDED" if state in SUCCEEDED_STATES else state,
         "error": error.get("message") or None,
         "run": status.get("pipelineJobResourceName") or status.get("pipeline_job_resource_name"),
     }
@@ -53,7 +67,11 @@ def outcome(state: str, kept: dict[str, dict], served_before, served_after) -> t
     if state != "SUCCEEDED":
         if gate.get("kind"):
             return GATE_OUTCOMES.get(gate["kind"], "data_invalid"), night_facts.GATE
-        return "failed", ""
+        if kept.get(night_facts.PUSHER, {}).get("load_test_failed"):
+            return "load_test_failed", night_facts.PUSHER
+        reached = [i for i, (fact, _) in enumerate(PROGRESS) if fact in kept]
+        after = reached[-1] + 1 if reached else 0  # the steps after the last that kept facts
+        return "failed", PROGRESS[after][1] if after < len(PROGRESS) else night_facts.PUSHER
     if kept.get(night_facts.EXAMPLES, {}).get("no_new_span"):
         return "no_new_span", ""
     if kept.get(night_facts.EVALUATION, {}).get("blessed") is False:
@@ -74,8 +92,8 @@ def compose(status_text: Any, kept: dict[str, dict], served_after, runner: str) 
     error = status["error"]
     if result == "failed" and status["state"] == "SUCCEEDED":
         error = "the run succeeded, blessed a model, and the served version did not change"
-    elif result == "served_changed":
-        error = kept[night_facts.PUSHER]["served_changed"]
+    elif result in ("served_changed", "load_test_failed"):
+        error = kept[night_facts.PUSHER][result]
     elif gate.get("error"):
         error = gate["error"]
     summary = {

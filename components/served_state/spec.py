@@ -11,7 +11,7 @@ SERVING_MODEL_DIR_KEY = "serving_model_dir"
 # empty and run the step with caching off (pipeline/kfp_ir.py).
 READ_KEY = "read_key"
 SERVED_MODEL_KEY = "served_model"
-# A compiled run's name ({{$.pipeline_job_name}}): the steps keep the night's facts under it
+# A compiled run's UUID ({{$.pipeline_job_uuid}}): the steps keep the night's facts under it
 # for the exit handler (components/night_report/facts.py). Unset locally: nothing is kept.
 NIGHT_KEY = "night_key"
 

@@ -305,6 +305,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         except DataValidationError as stopped:  # kept for a compiled run's report, then raised
             _keep_stop(served, stopped)
             raise
+        night_facts.write(night_facts.facts_dir_of(served), night_facts.GATE, {"passed": True})
         logging.info(
             "Data validation passed for splits %s",
             artifact_utils.decode_split_names(statistics.split_names),
