@@ -187,3 +187,24 @@ def test_a_failed_load_test_is_its_own_outcome_and_exit_status(tmp_path, monkeyp
     monkeypatch.setattr(runner, "run", run)
     assert cli_run._run(SimpleNamespace(), tmp_path, {}) == exit_status.LOAD_TEST_FAILED == 9
     assert "failed its load test" in capsys.readouterr().err
+
+
+def test_a_version_that_fails_its_load_test_is_never_deployed_to_an_endpoint(
+    exported, tmp_path, monkeypatch
+):
+    """`compile --endpoint`: the endpoint gets all traffic at deploy time, so the load test
+    runs before the deploy, not only before the serving folder's commit."""
+    from test_vertex_endpoint import IDS
+    from test_vertex_endpoint import _push as push_to_endpoint
+
+    from components.atomic_pusher import vertex_endpoint
+
+    deploys = []
+    monkeypatch.setattr(vertex_endpoint, "deploy", lambda *args: deploys.append(args) or IDS)
+    bad = _model_artifact(tmp_path, exported[1], "bad")
+    _truncate_variables(bad)
+    base = tmp_path / "serving"
+    with pytest.raises(pusher.LoadTestFailed, match="nothing pushed"):
+        push_to_endpoint(tmp_path, bad, base)
+    assert deploys == []
+    assert not base.exists() or _versions(base) == []

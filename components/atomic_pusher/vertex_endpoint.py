@@ -29,6 +29,7 @@ from tfx.utils import io_utils
 from components import served_versions
 from components.atomic_pusher.component import AtomicPusher, AtomicPusherSpec
 from components.atomic_pusher.executor import ANY, Executor, ServedVersionChanged
+from components.atomic_pusher.load_test import load_test
 from components.atomic_pusher.rollback import EndpointNotMoved
 from components.contract import ENDPOINT_FILE
 
@@ -126,6 +127,10 @@ class EndpointExecutor(Executor):
         newest = served_versions.newest_complete_version(base)
         if expected is not ANY and newest != expected:  # before paying for a deploy
             raise ServedVersionChanged(expected, newest)
+        # The endpoint gets all traffic at deploy time: the load test comes first (and again
+        # on the staged copy before the serving folder's commit).
+        said = load_test(self.GetModelPath(input_dict))  # LoadTestFailed: nothing deployed
+        logging.info("Load test before deploying: %s", said)
         settings = json.loads(exec_properties[VERTEX_SERVING_KEY])
         ids = deploy(self.GetModelPath(input_dict), settings)
         logging.info("Deployed to %s as %s", ids["endpoint"], ids["deployed_model_id"])
