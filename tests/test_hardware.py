@@ -100,3 +100,24 @@ def test_bf16_on_an_avx512_cpu_capped_below_avx512_core_is_refused(cap):
 def test_bf16_is_allowed_wherever_it_runs_even_emulated(hardware):
     assert cpu_bf16_blocked(hardware) == ""
     assert decide_precision("mixed_bfloat16", hardware).policy == "mixed_bfloat16"
+
+
+def test_run_refuses_bf16_it_cannot_train_before_any_step(tmp_path, capsys, monkeypatch):
+    """`run --precision mixed_bfloat16` on an AVX-512 CPU capped below bf16, with no GPU: the
+    same one line as the Trainer's, before a step runs (the data is never read), nothing
+    written."""
+    from components.trainer import hardware
+    from pipeline import cli
+
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr(hardware, "read_cpu_facts", lambda *a: ("Test CPU", ZEN4.cpu_flags))
+    out = tmp_path / "out"
+    args = ["run", "--output-dir", str(out), "--data", str(tmp_path / "never-read.tar.gz")]
+    assert cli.main([*args, "--precision", "mixed_bfloat16"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {cpu_bf16_blocked(hardware.detect('cpu'))}"]
+    assert not out.exists()
+    # float32 and auto go on to the data, which is missing here
+    assert cli.main([*args, "--precision", "auto"]) == 2
+    assert "never-read.tar.gz" in capsys.readouterr().err

@@ -21,6 +21,7 @@ from components.contract import (
     LABEL_NAMES,
     PROBABILITIES_KEY,
 )
+from components.served_versions import complete_versions
 from components.trainer import model
 from components.trainer.hardware import cpu_bf16_blocked, detect
 from components.trainer.keras import tf
@@ -133,7 +134,9 @@ def test_bfloat16_run_pushes_a_float32_model_serving_the_test_time_views(bf16_ru
     if blocked:  # e.g. ONEDNN_MAX_CPU_ISA=AVX2 on an AVX-512 CPU: refused, not crashed
         assert done.returncode == 2, done.stderr[-4000:]
         assert f"error: {blocked}" in done.stderr and "Traceback" not in done.stderr
-        assert not (out / "serving").exists()
+        # refused before any step: nothing ran, nothing pushed; the night's record says so
+        assert not (out / "artifacts").exists()
+        assert complete_versions(str(out / "serving" / "cifar10")) == []
         return
     assert done.returncode == 0, done.stderr[-4000:]
     check_pushed_model(out, "mixed_bfloat16")

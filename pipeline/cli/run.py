@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import glob
 import json
 import os
 import sys
@@ -22,6 +23,18 @@ from pipeline.common import exit_status
 from pipeline.common.files import write_atomically
 from pipeline.operations.serving import MODEL_NAME
 from pipeline.settings.config import DEFAULT_OUTPUT_DIR
+
+
+def _bf16_blocked_here(training) -> str:
+    """Why this machine's CPU cannot train the bf16 asked for ("" where it can, or where a GPU
+    or TPU may train instead): the Trainer's own refusal, said before any step runs."""
+    from components.trainer import hardware
+
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1")
+    no_gpu = hidden or not glob.glob("/dev/nvidia[0-9]*")
+    if training.precision != "mixed_bfloat16" or training.strategy == "tpu" or not no_gpu:
+        return ""
+    return hardware.cpu_bf16_blocked(hardware.detect("cpu"))
 
 
 def _prepared(args: argparse.Namespace, output_dir: Path):
@@ -50,6 +63,9 @@ def _prepared(args: argparse.Namespace, output_dir: Path):
     )
     # the arguments first: a bad flag must not wait for a download
     local_runner.local_config(output_dir, "", "", training, **settings)
+    blocked = _bf16_blocked_here(training)
+    if blocked:
+        raise ValueError(blocked)
     source = data_source.resolve(args.data)
     config = local_runner.local_config(output_dir, source, "", training, **settings)
     choice = span_choice.choose(source, args.span, args.spans, args.force, config.serving_model_dir)
