@@ -7,7 +7,6 @@ compiled files hold the handler, run after failed steps too, and no URL."""
 import base64
 import json
 import time
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 import yaml
@@ -203,15 +202,11 @@ def test_without_a_secret_the_night_is_kept_and_delivered_nowhere(tmp_path, monk
 
 
 def _secret_manager(url: str, seen: list):
-    class SecretManager(BaseHTTPRequestHandler):
+    class SecretManager(http_stand_in.JsonHandler):
         def do_GET(self):
             seen.append((self.path, self.headers["Authorization"]))
             data = base64.b64encode(url.encode()).decode()
-            body = json.dumps({"name": self.path, "payload": {"data": data}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.reply({"name": self.path, "payload": {"data": data}})
 
         def log_message(self, *args):
             pass

@@ -19,6 +19,7 @@ import tempfile
 import time
 
 from tfx.dsl.io import fileio
+from tfx.utils import io_utils
 
 import components
 from components import paths, warmup
@@ -53,10 +54,7 @@ def load_test(staged: str, timeout: float = TIMEOUT_SECONDS) -> str:
         return _run_child(staged, timeout)
     local = tempfile.mkdtemp(prefix="load-test-")
     try:
-        for path in paths.walk(staged):
-            target = os.path.join(local, path[len(staged) :].lstrip("/"))
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            fileio.copy(path, target, overwrite=True)
+        io_utils.copy_dir(staged, local)
         return _run_child(local, timeout)
     finally:
         shutil.rmtree(local, ignore_errors=True)
