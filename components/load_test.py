@@ -9,8 +9,9 @@ the Trainer kept.
    then `tf.saved_model.load` with the `serve` tag restores every variable (a truncated shard
    fails here);
 2. each record's PredictRequest names a signature of the model and exactly its input names;
-3. every record's answer has the kept top class (a class whose kept probability ties the top
-   within TOLERANCE counts as the same) and every probability within TOLERANCE of the kept one.
+3. every answer is finite (NaN or infinity fails), every record's answer has the kept top
+   class (a class whose kept probability ties the top within TOLERANCE counts as the same)
+   and every probability within TOLERANCE of the kept one.
 
 Prints one JSON line ({"passed", "reason", "records", "images", "max_difference",
 "seconds"}); exit status 0 when passed, 1 when not.
@@ -93,6 +94,10 @@ def compare(found: np.ndarray, kept: np.ndarray, tolerance: float = TOLERANCE) -
     """The largest difference between the answers; ValueError when they do not agree."""
     if found.shape != kept.shape:
         raise ValueError(f"answers of shape {found.shape}, {kept.shape} kept")
+    for name, answers in (("replayed", found), ("kept", kept)):
+        bad = np.flatnonzero(~np.isfinite(answers).all(axis=1))
+        if bad.size:
+            raise ValueError(f"{bad.size} {name} answers are not finite (record {int(bad[0])})")
     difference = float(np.abs(found - kept).max()) if found.size else 0.0
     top = found.argmax(axis=1)
     rows = np.arange(len(kept))

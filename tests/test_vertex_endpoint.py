@@ -5,8 +5,10 @@ itself (google-cloud-aiplatform) is replaced here by a recorder: no Google API i
 
 import json
 import os
+from unittest import mock
 
 import pytest
+from test_atomic_pusher import _fixture_load_test
 from tfx.types import standard_artifacts
 
 from components import served_versions
@@ -37,7 +39,7 @@ def _model(tmp_path, name="model"):
     return model
 
 
-def _push(tmp_path, model, base, served_version=None):
+def _push(tmp_path, model, base, served_version=None, load_tested=False):
     blessing = standard_artifacts.ModelBlessing()
     blessing.set_int_custom_property("blessed", 1)
     served = standard_artifacts.Model()
@@ -47,11 +49,23 @@ def _push(tmp_path, model, base, served_version=None):
     (tmp_path / f"served-{served_version}" / "served_state.json").write_text(state.to_json())
     pushed = standard_artifacts.PushedModel()
     pushed.uri = str(tmp_path / "pushed")
-    vertex_endpoint.EndpointExecutor().Do(
-        {"model": [model], "model_blessing": [blessing], "served_model": [served]},
-        {"pushed_model": [pushed]},
-        {pusher.BASE_DIRECTORY_KEY: str(base), "vertex_serving": json.dumps(SETTINGS)},
+    # The fixture model is a few bytes, not a loadable SavedModel: the load test before the
+    # deploy and before the commit is the protocol tests' stand-in (`load_tested`: the real one, as
+    # tests/test_warmup.py runs it on real exports).
+    stand_in = (
+        (pusher.load_test, vertex_endpoint.load_test)
+        if load_tested
+        else (_fixture_load_test, _fixture_load_test)
     )
+    with (
+        mock.patch.object(pusher, "load_test", stand_in[0]),
+        mock.patch.object(vertex_endpoint, "load_test", stand_in[1]),
+    ):
+        vertex_endpoint.EndpointExecutor().Do(
+            {"model": [model], "model_blessing": [blessing], "served_model": [served]},
+            {"pushed_model": [pushed]},
+            {pusher.BASE_DIRECTORY_KEY: str(base), "vertex_serving": json.dumps(SETTINGS)},
+        )
     return pushed
 
 

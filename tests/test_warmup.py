@@ -110,7 +110,9 @@ def test_a_version_that_fails_its_load_test_is_not_pushed(exported, tmp_path, da
     base = tmp_path / "serving" / "cifar10"
     facts = tmp_path / "facts"  # a compiled night's facts folder, for its report
     monkeypatch.setattr(pusher.night_facts, "facts_dir_of", lambda served: str(facts))
-    first = _push(tmp_path, _model_artifact(tmp_path, exported[1], "first"), True, base)
+    first = _push(
+        tmp_path, _model_artifact(tmp_path, exported[1], "first"), True, base, load_tested=True
+    )
     [served] = _versions(base)
     assert first.get_string_custom_property(pusher.LOAD_TEST_KEY).startswith(PASSED)
     bad = _model_artifact(tmp_path, exported[1], "second")
@@ -119,7 +121,7 @@ def test_a_version_that_fails_its_load_test_is_not_pushed(exported, tmp_path, da
     else:
         _swap_weights(bad, exported[2])
     with pytest.raises(pusher.LoadTestFailed, match="nothing pushed, the served version stays"):
-        _push(tmp_path, bad, True, base)
+        _push(tmp_path, bad, True, base, load_tested=True)
     kept = json.loads((facts / "AtomicPusher.json").read_text())
     assert "nothing pushed, the served version stays" in kept["load_test_failed"]
     assert _versions(base) == [served]
@@ -128,11 +130,47 @@ def test_a_version_that_fails_its_load_test_is_not_pushed(exported, tmp_path, da
     assert {"saved_model.pb", "variables", "assets.extra"} <= served_files
 
 
-def test_a_model_without_warmup_records_is_pushed_and_says_so(tmp_path):
+def test_a_model_without_warmup_records_is_not_pushed(tmp_path, monkeypatch):
+    """Fail closed (issue 71 item 1): a version that cannot be load-tested never becomes
+    visible; the night is load_test_failed, saying why, and nothing is served."""
     from test_atomic_pusher import _model
 
-    pushed = _push(tmp_path, _model(tmp_path), True, tmp_path / "serving" / "cifar10")
-    assert pushed.get_string_custom_property(pusher.LOAD_TEST_KEY).startswith("skipped")
+    facts = tmp_path / "facts"
+    monkeypatch.setattr(pusher.night_facts, "facts_dir_of", lambda served: str(facts))
+    base = tmp_path / "serving" / "cifar10"
+    with pytest.raises(pusher.LoadTestFailed, match="no warmup records; nothing pushed"):
+        _push(tmp_path, _model(tmp_path), True, base, load_tested=True)
+    assert _versions(base) == []
+    assert (
+        "no warmup records"
+        in json.loads((facts / "AtomicPusher.json").read_text())["load_test_failed"]
+    )
+
+
+def test_warmup_records_that_cannot_be_written_fail_the_export(tmp_path):
+    """The Trainer no longer exports a version without its warmup records (it logged and
+    went on, and the Pusher then skipped the load test)."""
+
+    class Broken:
+        def serve_images(self, images):
+            raise ValueError("the signature rejects its own images")
+
+    with pytest.raises(RuntimeError, match="warmup records.*rejects its own images"):
+        export.write_warmup_requests(Broken(), _images(), str(tmp_path), "cifar10")
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_answers_that_are_not_finite_fail_the_load_test(value):
+    from components.load_test import compare
+
+    kept = np.full((2, 3), np.float32(value))
+    with pytest.raises(ValueError, match="not finite"):
+        compare(kept.copy(), kept)
+    good = np.array([[0.7, 0.2, 0.1], [0.5, 0.4, 0.1]], np.float32)
+    broken = good.copy()
+    broken[1, 2] = value
+    with pytest.raises(ValueError, match="not finite"):
+        compare(broken, good)
 
 
 def test_answers_that_differ_beyond_the_tolerance_are_refused():
@@ -205,6 +243,6 @@ def test_a_version_that_fails_its_load_test_is_never_deployed_to_an_endpoint(
     _truncate_variables(bad)
     base = tmp_path / "serving"
     with pytest.raises(pusher.LoadTestFailed, match="nothing pushed"):
-        push_to_endpoint(tmp_path, bad, base)
+        push_to_endpoint(tmp_path, bad, base, load_tested=True)
     assert deploys == []
     assert not base.exists() or _versions(base) == []

@@ -73,7 +73,7 @@ KEEP_VERSIONS_KEY = "keep_versions"
 # so pushing the same model again (a rerun with a new blessing) adds no new version.
 SOURCE_FILE = "PUSHED_FROM"
 NEW_VERSION_KEY = "new_version"
-# On the PushedModel: how the staged version's load test went ("passed: ...", "skipped: ...";
+# On the PushedModel: how the staged version's load test went ("passed: ...";
 # absent when no copy was staged: the model was served already).
 LOAD_TEST_KEY = "load_test"
 

@@ -4,8 +4,8 @@ from its files alone, with nothing this process already holds (a loaded graph, r
 variables) standing in. A version that fails is not pushed: LoadTestFailed, the staging
 folder removed, the served version untouched (outcome `load_test_failed`, exit status 9).
 
-A version without warmup records (a model exported before them, or on a stack without
-tensorflow-serving-api) is pushed without the test, and the Pusher says so.
+A version without warmup records (a model exported before them) is not pushed either: a
+version is visible only once it has been loaded and answered as TF Serving will (fail closed).
 """
 
 from __future__ import annotations
@@ -44,12 +44,16 @@ def _child_env() -> dict[str, str]:
 
 def load_test(staged: str, timeout: float = TIMEOUT_SECONDS) -> str:
     """Runs the test on the staged folder: one line saying how it went (records, largest
-    difference, seconds end to end) when it passed or was skipped; LoadTestFailed when not.
+    difference, seconds end to end) when it passed; LoadTestFailed when not, or when the
+    folder has no warmup records to replay.
     A staged folder on an object store is read back into a local folder first, every file
     as the store holds it: the fresh process then needs no store of its own (tensorflow-io's
     s3:// aborts a process at exit, tensorflow/io#2039)."""
     if not fileio.exists(os.path.join(staged, warmup.WARMUP_FILE)):
-        return "skipped: the model has no warmup records"
+        raise LoadTestFailed(
+            f"the staged version cannot be load-tested: {warmup.WARMUP_FILE} is missing "
+            "(no warmup records; nothing pushed, the served version stays)"
+        )
     if not paths.is_remote(staged):
         return _run_child(staged, timeout)
     local = tempfile.mkdtemp(prefix="load-test-")

@@ -265,13 +265,13 @@ def write_warmup_requests(
     module: ServingModule, images: np.ndarray, export_dir: str, model_name: str
 ) -> int:
     """TF Serving's warmup records and the export's answers to them (components/warmup.py)
-    into the export's assets.extra/; the number of records (0: not written, and why logged).
-    A failure here never fails the Trainer: the version is then pushed without them."""
+    into the export's assets.extra/; the number of records. A failure fails the Trainer
+    (RuntimeError naming it): a version without them is never pushed (the Pusher's load test
+    replays them), so an export that cannot answer its own images stops here."""
     try:
         return warmup.write(module.serve_images, images, export_dir, model_name)
-    except Exception as err:  # the model is exported and good; warmup is an extra
-        logging.warning("No warmup records written: %s", err)
-        return 0
+    except Exception as err:
+        raise RuntimeError(f"the export's warmup records could not be written: {err}") from err
 
 
 def _one_view(
