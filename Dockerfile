@@ -11,7 +11,7 @@ COPY requirements.lock ./
 # --no-deps: the lock already lists every dependency at its resolved version; nothing is
 # re-resolved against the base image's packages.
 RUN python -m pip install --no-cache-dir --no-deps -r requirements.lock
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY pipeline ./pipeline
 COPY components ./components
 COPY data ./data

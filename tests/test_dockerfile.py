@@ -99,3 +99,19 @@ def test_the_tpu_image_swaps_only_tensorflow_for_its_tpu_build_of_the_same_line(
     uninstall = next(c for c in tpu["runs"] if _pip(c) and "uninstall" in c)
     assert uninstall[-1] == "tensorflow" and tpu["runs"].index(uninstall) == 0
     assert any(c[:1] == ["curl"] and c[-1] == "/lib/libtpu.so" for c in tpu["runs"])
+
+
+def test_each_image_copies_the_files_the_project_metadata_names():
+    """`pip install .` reads the readme and the license files pyproject.toml names; an image
+    that does not copy one fails to build."""
+    pyproject = (REPO_ROOT / "pyproject.toml").read_text()
+    named = set(re.findall(r'^readme = "([^"]+)"', pyproject, re.M))
+    for files in re.findall(r"^license-files = \[([^\]]*)\]", pyproject, re.M):
+        named |= set(re.findall(r'"([^"]+)"', files))
+    assert {"README.md", "LICENSE"} <= named
+    for dockerfile in ("Dockerfile", "Dockerfile.current"):
+        copied = set()
+        for line in (REPO_ROOT / dockerfile).read_text().splitlines():
+            if line.startswith("COPY "):
+                copied |= set(line.split()[1:-1])
+        assert named <= copied, f"{dockerfile} does not copy {sorted(named - copied)}"

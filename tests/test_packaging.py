@@ -16,7 +16,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def test_wheel_holds_every_package_and_the_schema(tmp_path):
     source = tmp_path / "source"  # a copy, so the build writes nothing into the checkout
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(REPO_ROOT / name, source / name)
     for folder in ("pipeline", "components", "data"):
         shutil.copytree(
@@ -51,6 +51,9 @@ def test_wheel_holds_every_package_and_the_schema(tmp_path):
     assert not missing, f"add to [tool.setuptools] packages in pyproject.toml: {missing}"
     assert "cifar10_data/schema/schema.pbtxt" in names
     assert "pipeline/local/templates/report.html" in names  # the report template
+    [metadata] = [n for n in names if n.endswith(".dist-info/METADATA")]
+    assert "License-Expression: Apache-2.0" in zipfile.ZipFile(wheel).read(metadata).decode()
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
 
 
 def test_schema_is_found_as_package_data():
@@ -100,3 +103,14 @@ def test_local_beam_components_do_not_package_tfx_for_remote_workers(tmp_path, m
     )
     Executor(BaseBeamExecutor.Context(beam_pipeline_args=list(extra.beam_args)))
     assert built == [1]
+
+
+def test_the_project_is_licensed_apache_2():
+    """A LICENSE file with the Apache License 2.0 text, and the SPDX name in the metadata."""
+    text = (REPO_ROOT / "LICENSE").read_text()
+    assert text.lstrip().startswith("Apache License\n")
+    assert "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text
+    pyproject = (REPO_ROOT / "pyproject.toml").read_text()
+    assert 'license = "Apache-2.0"' in pyproject
+    assert 'license-files = ["LICENSE"]' in pyproject
