@@ -70,3 +70,26 @@ def test_old_artifacts_no_kept_version_needs_are_removed_and_marked(tiny_archive
         assert after[i][1] == before[i][1] and os.path.exists(after[i][0])
     again = cli("run", "--data", other, "--output-dir", out, *FAST_TRAINING)
     assert again.returncode == 3, again.stderr[-2000:]  # recomputed, not read from the removed
+
+
+def test_gc_while_a_run_holds_the_folder_is_busy_and_removes_nothing(tmp_path):
+    """gc plans and removes under the run lock: while a run holds the folder, gc (also
+    --dry-run, whose plan would be stale) exits 10 naming the holder and touches nothing."""
+    import fcntl
+
+    from tfx.orchestration import metadata
+
+    config = metadata.sqlite_metadata_connection_config(str(tmp_path / "metadata.sqlite"))
+    with metadata.Metadata(config):
+        pass  # an empty store
+    old = tmp_path / "artifacts" / "x"
+    old.mkdir(parents=True)
+    with open(tmp_path / ".run.lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("pid 4242")
+        held.flush()
+        for dry in ([], ["--dry-run"]):
+            done = cli("gc", "--output-dir", tmp_path, "--older-than", "0", *dry)
+            assert done.returncode == 10, done.stderr
+            assert "another run (pid 4242) is using this output directory" in done.stderr
+    assert old.is_dir()

@@ -212,15 +212,27 @@ def kill_after_epochs(
 
 
 def test_second_concurrent_run_is_refused(tiny_archive, tmp_path):
-    tmp_path.mkdir(exist_ok=True)
+    """A run refused because another holds the folder has its own exit status (10, "try
+    later", not 2, "bad input"); its night is kept on its own (`-busy.json`) and does not
+    overwrite latest.json: the holder's night stands, and `status` still reports it."""
+    nights = tmp_path / "serving" / "cifar10" / ".nights"
+    nights.mkdir(parents=True)
+    holder_night = json.dumps({"outcome": "pushed", "time": "2026-12-05T02:00:00+00:00"})
+    (nights / "latest.json").write_text(holder_night)
     with open(tmp_path / ".run.lock", "a+") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         held.write("pid 12345")
         held.flush()
         done = cli("run", "--data", tiny_archive, "--output-dir", tmp_path, *FAST_TRAINING)
-    assert done.returncode == 2
+    assert done.returncode == 10, done.stderr[-2000:]
     assert "another run (pid 12345) is using this output directory" in done.stderr
     assert not (tmp_path / "metadata.sqlite").exists()
+    assert not (tmp_path / "run_summary.json").exists()
+    assert (nights / "latest.json").read_text() == holder_night
+    [refusal] = nights.glob("*-busy.json")
+    said = json.loads(refusal.read_text())
+    assert said["outcome"] == "busy" and said["exit_status"] == 10
+    assert "pid 12345" in said["error"]
 
 
 def test_unwritable_output_dir_is_a_clear_error(tiny_archive, tmp_path):

@@ -89,3 +89,48 @@ def test_a_rolled_back_version_is_listed_and_the_one_before_it_served(serving, c
     assert cli.main(["status", "--model-dir", str(base), "--json"]) == 0
     found = json.loads(capsys.readouterr().out)
     assert found["served"] == version and found["rolled_back"] == [newer]
+
+
+@pytest.mark.parametrize("ahead, status", [(290, 0), (310, 7)])
+def test_a_version_dated_ahead_of_the_clock_is_a_fault_not_fresh(tmp_path, capsys, monkeypatch,
+                                                                 ahead, status):  # fmt: skip
+    """A version pushed by a host whose clock ran ahead: read with this host's clock, its
+    time is in the future. Beyond 300 s that is its own line and exit status 7, also without
+    --max-age; within it, clock jitter, the version is fresh."""
+    base = tmp_path / "serving" / "cifar10"
+    now = time.time()
+    version = str(int(now))
+    _serve(base, version, {1: "print-1"})
+    _night(base, "pushed", served_after=version)
+    monkeypatch.setattr(time, "time", lambda: now - ahead)  # this host's clock is behind
+    assert cli.main(["status", "--model-dir", str(base), "--max-age", "26h"]) == status
+    out = capsys.readouterr().out
+    if status:
+        said = f"FUTURE          the served version {version} is dated 0.1 h ahead of this host's"
+        assert said in out
+        assert "STALE" not in out and "(pushed" not in out
+    else:
+        assert "FUTURE" not in out and "(pushed 0.0 h ago)" in out
+    assert cli.main(["status", "--model-dir", str(base), "--json"]) == status
+    found = json.loads(capsys.readouterr().out)
+    assert found["dated_ahead"] is bool(status)
+
+
+def test_a_night_message_names_a_served_version_dated_in_the_future(monkeypatch):
+    now = 1_800_000_000
+    monkeypatch.setattr(time, "time", lambda: now)
+    ahead = str(now + 2 * 86400)
+    night = nights.message({"outcome": "no_new_span"}, served_before=ahead, served_after=ahead)
+    assert night["faults"] == [
+        f"the served version {ahead} is dated 48.0 h ahead of this host's clock: a clock "
+        "ran ahead when it was pushed, so its age is unknown"
+    ]
+    assert nights.message({"outcome": "pushed"}, served_after=str(now - 60))["faults"] == []
+
+
+def test_the_help_names_every_red_outcome(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["status", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    for outcome in nights.RED_OUTCOMES:
+        assert outcome in said

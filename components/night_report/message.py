@@ -29,6 +29,12 @@ RED_OUTCOMES = (
     "data_invalid", "drift", "labels", "duplicates", "not_blessed", "served_changed",
     "load_test_failed", "failed",
 )  # fmt: skip
+# Outcomes kept on their own, never as latest.json: a run refused because another held the
+# folder did nothing, and the holder's night is the one `status` must go on reporting.
+ON_THEIR_OWN = ("busy",)
+# Versions are named by their push's Unix time. One dated further ahead of this host's clock
+# than this was pushed by a host whose clock ran ahead: its age cannot be known.
+CLOCK_SKEW_SECONDS = 300.0
 
 
 class NotifyUrlError(ValueError):
@@ -57,9 +63,28 @@ def stop_lines(failed: str | None) -> list[str]:
     return [line[4:] for line in (failed or "").splitlines() if line.startswith("  - ")]
 
 
+def seconds_ahead(version: str | None, now: float | None = None) -> float | None:
+    """How far `version` is dated ahead of this host's clock, beyond CLOCK_SKEW_SECONDS;
+    None when it is not (or is no Unix time)."""
+    if not version or not str(version).isdigit():
+        return None
+    ahead = int(version) - (time.time() if now is None else now)
+    return ahead if ahead > CLOCK_SKEW_SECONDS else None
+
+
+def clock_fault(version: str, ahead: float) -> str:
+    return (
+        f"the served version {version} is dated {ahead / 3600:.1f} h ahead of this host's "
+        "clock: a clock ran ahead when it was pushed, so its age is unknown"
+    )
+
+
 def message(summary: dict[str, Any], **facts: Any) -> dict[str, Any]:
     """The night's message from its run summary (run_summary.json as a dict) and `facts`
-    (runner, served_before, served_after, report, and what the summary lacks)."""
+    (runner, served_before, served_after, report, and what the summary lacks); `faults`
+    names what is wrong beside the outcome (a served version dated in the future)."""
+    served = facts.get("served_after") or facts.get("served_before")
+    ahead = seconds_ahead(served)
     return {
         "outcome": summary.get("outcome") or "failed",
         "failed_step": summary.get("failed_step"),
@@ -70,6 +95,7 @@ def message(summary: dict[str, Any], **facts: Any) -> dict[str, Any]:
         "error": summary.get("failed"),
         "log": summary.get("log_file"),
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "faults": [] if ahead is None else [clock_fault(served, ahead)],
         **facts,
     }
 
@@ -99,16 +125,18 @@ def deliver(url: str, night: dict[str, Any], budget: float = DELIVERY_SECONDS) -
 
 def record(serving_model_dir: str, night: dict[str, Any]) -> str:
     """Keeps the message in the serving folder (`.nights/<time>.json` and `latest.json`,
-    which `status` reads); returns the path of the latest record."""
+    which `status` reads; an outcome in ON_THEIR_OWN only the first); returns the path of
+    the record `status` would read, or of the night's own one."""
     from components import paths
 
     folder = paths.join(serving_model_dir, NIGHTS_DIR)
     text = json.dumps(night, indent=1).encode()
     now = datetime.datetime.now(datetime.timezone.utc)  # two nights in one second: two files
     stamp = f"{now:%Y%m%dT%H%M%S.%fZ}-{night['outcome']}"
-    for name in (f"{stamp}.json", LATEST_FILE):
+    names = [f"{stamp}.json"] + ([] if night["outcome"] in ON_THEIR_OWN else [LATEST_FILE])
+    for name in names:
         paths.write_bytes(paths.join(folder, name), text)
-    return paths.join(folder, LATEST_FILE)
+    return paths.join(folder, names[-1])
 
 
 def latest(serving_model_dir: str) -> dict[str, Any] | None:

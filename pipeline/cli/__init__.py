@@ -42,11 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="cifar10-pipeline",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="exit status: 0 ok, 1 unexpected error, 2 bad input, 3 data failed "
-        "validation, 4 model not blessed, 5 submit --wait lost contact (the job may still run), "
-        "6 another version was pushed during the run (nothing pushed), 9 the staged version "
-        "failed its load test (nothing pushed); status: 7 stale or nothing served, 8 the last "
-        "night was red",
+        epilog=exit_status.epilog(),
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

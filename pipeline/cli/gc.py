@@ -22,14 +22,15 @@ def _days(text: str) -> float:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    from pipeline.local.runner import OutputDirError
+    from pipeline.local.runner import OutputDirError, RunLockedError
     from pipeline.operations import gc
 
     output_dir = Path(args.output_dir).resolve()
     try:
-        found = gc.plan(output_dir, args.older_than)
-        if not args.dry_run:
-            gc.apply(output_dir, found)
+        found = gc.collect(output_dir, args.older_than, args.dry_run)
+    except RunLockedError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return exit_status.BUSY
     except (FileNotFoundError, OutputDirError) as err:
         print(f"error: {err}", file=sys.stderr)
         return exit_status.BAD_INPUT

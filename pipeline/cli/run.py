@@ -162,9 +162,13 @@ def _report_night(output_dir: Path, night: dict, status: int, url: str | None) -
     from pipeline.local.summary import SUMMARY_FILE
 
     path = output_dir / SUMMARY_FILE
-    mine = _written(output_dir) not in (None, night["summary_before"])
+    # A run refused because another holds the folder wrote no summary: one found newer is
+    # the holder's, and its night is not this one.
+    busy = night.get("busy", False)
+    mine = not busy and _written(output_dir) not in (None, night["summary_before"])
     summary = json.loads(path.read_text()) if mine else {
-        "outcome": "failed", "failed_step": "before the first step", "failed": night.get("error"),
+        "outcome": "busy" if busy else "failed", "failed_step": "before the first step",
+        "failed": night.get("error"),
     }  # fmt: skip
     message = nights.message(
         summary, runner="run", exit_status=status, served_before=night["served_before"],
@@ -201,6 +205,7 @@ def _run(args: argparse.Namespace, output_dir: Path, night: dict) -> int:
         (SourceError, exit_status.BAD_INPUT),
         (SpanError, exit_status.BAD_INPUT),
         (PrecisionError, exit_status.BAD_INPUT),
+        (local_runner.RunLockedError, exit_status.BUSY),  # before its base class
         (local_runner.OutputDirError, exit_status.BAD_INPUT),
         (DataValidationError, exit_status.DATA_INVALID),
         (ServedVersionChanged, exit_status.SERVED_CHANGED),
@@ -239,6 +244,7 @@ def _run(args: argparse.Namespace, output_dir: Path, night: dict) -> int:
         for cause in _causes(err):
             for error_type, status in known:
                 if isinstance(cause, error_type):
+                    night["busy"] = status == exit_status.BUSY
                     return _refused(night, str(cause), status)
         night["error"] = f"{type(err).__name__}: {err}"
         print(f"error: {night['error']}\n(see the log file above for details)", file=sys.stderr)

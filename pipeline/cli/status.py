@@ -1,5 +1,5 @@
-"""`cifar10-pipeline status`: is the served model fresh and fine (exit 0), too old (7) or
-did the last night go red (8)?"""
+"""`cifar10-pipeline status`: is the served model fresh and fine (exit 0), too old or of
+unknown age (7), or did the last night go red (8)?"""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from components.night_report.message import CLOCK_SKEW_SECONDS, RED_OUTCOMES
 from pipeline.common import exit_status
 from pipeline.operations.serving import add_folder_args, serving_model_dir
 
@@ -39,9 +40,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "status",
         help="the served version, its age, spans and accuracy, and the last night's outcome",
-        description="Exit status 0: fine; 7: nothing served, or the served version is older "
-        "than --max-age; 8: the last night's outcome was red (failed, stopped by the data, not "
-        "blessed, or the served version changed). For cron and monitoring probes.",
+        description="Exit status 0: fine; 7: nothing served, the served version is older "
+        "than --max-age, or it is dated more than "
+        f"{CLOCK_SKEW_SECONDS:.0f} s ahead of this host's clock (its age is unknown); 8: the "
+        f"last night's outcome was red ({', '.join(RED_OUTCOMES)}). For cron and monitoring "
+        "probes.",
     )
     add_folder_args(parser)
     parser.add_argument("--max-age", metavar="AGE", help="e.g. 26h: older is exit status 7")

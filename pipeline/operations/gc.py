@@ -108,16 +108,21 @@ def _lineage(store, roots: set[int]) -> set[int]:
     return kept
 
 
-def plan(output_dir: Path, older_than_days: float, now: float | None = None) -> Plan:
-    """What `gc` would remove from `output_dir` (a `run --output-dir`)."""
-    from ml_metadata.proto import metadata_store_pb2 as mlmd
-    from tfx.orchestration import metadata
-
+def _store(output_dir: Path) -> Path:
     store_path = output_dir / "metadata.sqlite"
     if not store_path.exists():
         raise FileNotFoundError(
             f"{store_path}: no ML Metadata store; is {output_dir} a run folder?"
         )
+    return store_path
+
+
+def plan(output_dir: Path, older_than_days: float, now: float | None = None) -> Plan:
+    """What `gc` would remove from `output_dir` (a `run --output-dir`)."""
+    from ml_metadata.proto import metadata_store_pb2 as mlmd
+    from tfx.orchestration import metadata
+
+    store_path = _store(output_dir)
     cutoff = (time.time() if now is None else now) - older_than_days * 86400
     root = str(output_dir / "artifacts") + os.sep
     config = metadata.sqlite_metadata_connection_config(str(store_path))
@@ -138,14 +143,26 @@ def plan(output_dir: Path, older_than_days: float, now: float | None = None) -> 
     )  # fmt: skip
 
 
-def apply(output_dir: Path, found: Plan) -> None:
-    """Removes the planned artifacts' folders and marks them DELETED, under the run lock: each
-    marked first, so a removal that dies midway leaves nothing TFX would reuse."""
+def collect(output_dir: Path, older_than_days: float, dry_run: bool) -> Plan:
+    """Plans and (unless `dry_run`) applies, both under the run lock, so no run adds or
+    reuses artifacts between the plan and the removal (RunLockedError while one holds it)."""
+    _store(output_dir)  # a folder without a store is refused before a lock file is made there
+    with exclusive_output_dir(output_dir):
+        found = plan(output_dir, older_than_days)
+        if not dry_run:
+            _apply(output_dir, found)
+    return found
+
+
+def _apply(output_dir: Path, found: Plan) -> None:
+    """Removes the planned artifacts' folders and marks them DELETED (the caller holds the
+    run lock): each marked first, so a removal that dies midway leaves nothing TFX would
+    reuse."""
     from ml_metadata.proto import metadata_store_pb2 as mlmd
     from tfx.orchestration import metadata
 
     config = metadata.sqlite_metadata_connection_config(str(output_dir / "metadata.sqlite"))
-    with exclusive_output_dir(output_dir), metadata.Metadata(config) as handle:
+    with metadata.Metadata(config) as handle:
         for removal in found.remove:
             [artifact] = handle.store.get_artifacts_by_id([removal.artifact_id])
             artifact.state = mlmd.Artifact.DELETED

@@ -38,9 +38,16 @@ class Status:
     def last_night_red(self) -> bool:
         return bool(self.last_night) and self.last_night.get("outcome") in nights.RED_OUTCOMES
 
+    @property
+    def dated_ahead(self) -> bool:
+        """The served version is dated ahead of this host's clock (beyond the skew allowed):
+        a fault, and its age is unknown."""
+        return self.age_seconds is not None and -self.age_seconds > nights.CLOCK_SKEW_SECONDS
+
     def stale(self, max_age: float | None) -> bool:
-        """Nothing served, or the served version is older than `max_age` seconds."""
-        if self.age_seconds is None:
+        """Nothing served, the served version is older than `max_age` seconds, or its age
+        is unknown (dated ahead of this host's clock)."""
+        if self.age_seconds is None or self.dated_ahead:
             return True
         return max_age is not None and self.age_seconds > max_age
 
@@ -49,6 +56,7 @@ class Status:
             **dataclasses.asdict(self),
             "max_age_seconds": max_age,
             "stale": self.stale(max_age),
+            "dated_ahead": self.dated_ahead,
             "last_night_red": self.last_night_red,
         }
 
@@ -88,7 +96,7 @@ def read(serving_model_dir: str, now: float | None = None) -> Status:
 def _age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    hours = seconds / 3600
+    hours = max(seconds, 0.0) / 3600  # within the clock skew allowed, "now"
     return f"{hours:.1f} h" if hours < 48 else f"{hours / 24:.1f} days"
 
 
@@ -98,7 +106,11 @@ def render(status: Status, max_age: float | None = None) -> str:
     lines = [
         f"serving folder  {status.serving_model_dir}",
         f"served          {status.served or 'nothing'}"
-        + (f" (pushed {_age(status.age_seconds)} ago)" if status.served else ""),
+        + (
+            f" (pushed {_age(status.age_seconds)} ago)"
+            if status.served and not status.dated_ahead
+            else ""
+        ),
         f"spans           {', '.join(map(str, status.spans)) or '-'}",
         f"eval accuracy   {'-' if accuracy is None else f'{accuracy:.2%}'}",
         f"rolled back     {', '.join(status.rolled_back) or 'none'}",
@@ -108,6 +120,8 @@ def render(status: Status, max_age: float | None = None) -> str:
     ]
     if status.served is None:
         lines.append("STALE           nothing is served")
+    elif status.dated_ahead:
+        lines.append(f"FUTURE          {nights.clock_fault(status.served, -status.age_seconds)}")
     elif status.stale(max_age):
         lines.append(f"STALE           the served version is older than {_age(max_age)}")
     if status.last_night_red:
