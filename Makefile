@@ -45,8 +45,13 @@ setup: $(STAMP)
 # The same script the images and the Debian 13 check install with (stack/install.sh).
 $(STAMP): $(STACK_LOCK) pyproject.toml stack/install.sh
 	@python3 -m components.stack $(STACK) >/dev/null
-	@test -n "$(STACK_BASE_PYTHON)" || { echo "error: the $(word 1,$(STACK_CHOICE)) stack ($(STACK_LOCK)) needs Python $(STACK_PYTHON), which this host lacks: install it (pyenv, uv python install $(STACK_PYTHON)) and pass PYTHON$(subst .,,$(STACK_PYTHON))=/path/to/python$(STACK_PYTHON), or run the steps in the project's image (docs/stacks.md)" >&2; exit 1; }
-	stack/install.sh $(STACK_BASE_PYTHON) $(VENV) $(STACK_LOCK)
+	@python="$(STACK_BASE_PYTHON)"; \
+	if [ -z "$$python" ]; then \
+	  echo "this host has no Python $(STACK_PYTHON): obtaining it with uv (uv python install $(STACK_PYTHON))" >&2; \
+	  python=$$(UV_VERSION=$(UV_VERSION) stack/obtain-python.sh $(STACK_PYTHON)) || { echo "error: the $(word 1,$(STACK_CHOICE)) stack ($(STACK_LOCK)) needs Python $(STACK_PYTHON), which this host lacks and uv could not install (above): install it (pyenv, apt) and pass PYTHON$(subst .,,$(STACK_PYTHON))=/path/to/python$(STACK_PYTHON), or run the steps in the project's image (docs/stacks.md)" >&2; exit 1; }; \
+	fi; \
+	echo "stack/install.sh $$python $(VENV) $(STACK_LOCK)"; \
+	stack/install.sh "$$python" $(VENV) $(STACK_LOCK)
 	@rm -f $(VENV)/.installed*
 	@touch $(STAMP)
 
@@ -58,7 +63,7 @@ KFP_VENV := .venv-kfp
 ifeq ($(word 1,$(STACK_CHOICE)),legacy)
 KFP_STAMP := $(KFP_VENV)/.installed
 $(KFP_STAMP): requirements-kfp.lock pyproject.toml $(STAMP)
-	@test -x $(KFP_VENV)/bin/python || $(PYTHON310) -m venv $(KFP_VENV)
+	@test -x $(KFP_VENV)/bin/python || $(or $(PYTHON310),$(PY)) -m venv $(KFP_VENV)
 	$(UV) pip sync --python $(KFP_VENV)/bin/python --compile-bytecode requirements-kfp.lock
 	$(UV) pip install --python $(KFP_VENV)/bin/python --no-deps -e .
 	@touch $(KFP_STAMP)

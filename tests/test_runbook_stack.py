@@ -79,16 +79,52 @@ def test_each_runbook_says_it_needs_python_3_10(page):
     assert "Python 3.10" in (REPO_ROOT / page).read_text()
 
 
-def test_the_legacy_stack_without_python_3_10_says_what_to_do_in_one_line(tmp_path):
-    checkout = _checkout(tmp_path)
+# A stand-in for uv on PATH: records its arguments; `python install` fails when asked to,
+# `python find` names this interpreter.
+FAKE_UV = f"""#!/bin/sh
+echo "$*" >> "$UV_CALLS"
+[ "$1 $2" = "python install" ] && [ -n "$UV_FAILS" ] && {{ echo "uv: no network" >&2; exit 1; }}
+[ "$1 $2" = "python find" ] && echo {sys.executable}
+exit 0
+"""
+
+
+def _setup_without_python_3_10(tmp_path: Path, uv_fails: bool):
+    checkout = _checkout(tmp_path / "checkout")
+    shutil.copy(REPO_ROOT / "stack" / "obtain-python.sh", checkout / "stack")
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "uv").write_text(FAKE_UV)
+    (tools / "uv").chmod(0o755)
+    env = {
+        **os.environ, "CIFAR10_HOST_GLIBC": "2.41", "PATH": f"{tools}:{os.environ['PATH']}",
+        "UV_CALLS": str(tmp_path / "uv-calls.txt"), "UV_FAILS": "1" if uv_fails else "",
+    }  # fmt: skip
     done = subprocess.run(
         ["make", "STACK=legacy", "setup", "PYTHON310="],
-        cwd=checkout, env={**os.environ, "CIFAR10_HOST_GLIBC": "2.41"},
-        capture_output=True, text=True, timeout=120,
+        cwd=checkout, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
+    calls = (tmp_path / "uv-calls.txt").read_text().splitlines()
+    return checkout, done, calls
+
+
+def test_the_legacy_stack_without_python_3_10_obtains_it_with_uv(tmp_path):
+    checkout, done, calls = _setup_without_python_3_10(tmp_path, uv_fails=False)
+    assert done.returncode == 0, done.stderr
+    assert calls == ["python install 3.10", "python find --python-preference only-managed 3.10"]
+    assert "obtaining it with uv (uv python install 3.10)" in done.stderr
+    assert f"stack/install.sh {sys.executable} .venv requirements.lock" in done.stdout
+    assert (checkout / "installed.txt").read_text().split() == ["requirements.lock"]
+
+
+def test_the_legacy_stack_without_python_3_10_says_what_to_do_in_one_line(tmp_path):
+    """uv tried first; when it cannot install Python either, one line says what to do."""
+    checkout, done, calls = _setup_without_python_3_10(tmp_path, uv_fails=True)
     assert done.returncode != 0
+    assert calls == ["python install 3.10"]
     [line] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert "needs Python 3.10, which this host lacks" in line and "PYTHON310=" in line
+    assert "needs Python 3.10, which this host lacks and uv could not install" in line
+    assert "PYTHON310=" in line
     assert not (checkout / "installed.txt").exists()
 
 
