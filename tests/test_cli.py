@@ -187,3 +187,21 @@ def test_the_console_script_exits_with_mains_status_after_flushing_what_it_print
     assert done.stdout == "printed before the exit\n"
     assert "no-run" in done.stderr
     assert marker.read_text() == "yes"  # exit handlers ran (AutoGraph's clean-up is one)
+
+
+# Flags for the test harness only (a stand-in's endpoint, the kfp venv's interpreter).
+HIDDEN_FLAGS = {"--api-endpoint", "--kfp-python"}
+
+
+def test_every_flag_a_command_takes_is_in_its_help():
+    """A flag that works but is missing from --help (as --poll-seconds was) is a flag no
+    reader can find."""
+    from pipeline import cli as main_cli
+
+    commands = main_cli.build_parser()._subparsers._group_actions[0].choices
+    for name, parser in commands.items():
+        shown = parser.format_help()
+        for action in parser._actions:
+            for flag in action.option_strings:
+                if flag.startswith("--") and flag not in HIDDEN_FLAGS:
+                    assert flag in shown, f"`{name} --help` does not show {flag}"

@@ -206,7 +206,11 @@ def _add_wait_args(vertex: argparse._ArgumentGroup) -> None:
         help="wait for the run to end, printing each step's state",
     )
     target_flags.add(
-        vertex, "--poll-seconds", target_flags.SUBMIT, type=float, help=argparse.SUPPRESS
+        vertex,
+        "--poll-seconds",
+        target_flags.SUBMIT,
+        type=float,
+        help="with --wait: seconds between two looks at the run's state (default: 30)",
     )
     target_flags.add(
         vertex,
