@@ -1,5 +1,5 @@
-"""The documentation stays readable: the README and docs/performance.md at most 2,500 words
-each, the hand-written docs/ at most 12,000. A page that grows past its budget needs a cut
+"""The documentation stays readable: the README at most 2,400 words, docs/performance.md
+2,500, the hand-written docs/ at most 12,000. A page that grows past its budget needs a cut
 elsewhere. What `make bench` writes into docs/performance.md (benchmarks/bench_docs.py, one
 section per CPU kind) is measured output, not prose, so it is not counted as hand-written;
 a section entered by hand is."""
@@ -31,7 +31,7 @@ def hand_written_words(pages: list[Path]) -> int:
 
 @pytest.mark.parametrize(
     "pages, budget",
-    [(["README.md"], 2500), (["docs/performance.md"], 2500)],
+    [(["README.md"], 2400), (["docs/performance.md"], 2500)],
     ids=["README", "performance"],
 )
 def test_the_pages_stay_within_their_word_budget(pages, budget):
