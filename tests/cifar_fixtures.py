@@ -203,7 +203,8 @@ def served_version(base, version: str, spans_record: dict[int, str] | None = Non
 
     folder = base / version
     (folder / "variables").mkdir(parents=True)
-    (folder / "variables" / "variables.index").write_bytes(b"weights")
+    (folder / "variables" / "variables.index").write_bytes(b"index")
+    (folder / "variables" / "variables.data-00000-of-00001").write_bytes(b"weights")
     record = spans_record or {int(version) // 100: f"print-{version}"}
     (folder / "training_spans.json").write_text(record_json(record))
     (folder / "saved_model.pb").write_bytes(b"graph")

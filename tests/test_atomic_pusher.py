@@ -18,6 +18,7 @@ def _model(tmp_path, name="model"):
     (serving / "variables").mkdir(parents=True)
     (serving / "saved_model.pb").write_bytes(b"graph-" + name.encode())
     (serving / "variables" / "variables.index").write_bytes(b"index")
+    (serving / "variables" / "variables.data-00000-of-00001").write_bytes(b"weights")
     return model
 
 

@@ -381,3 +381,43 @@ def test_a_store_without_conditional_creates_is_refused_with_one_line(tmp_path):
     with pytest.raises(lease.UnsafeStore, match=r"^ram://.*cannot create an object only if"):
         pusher.publish_version(_model(tmp_path, "model"), base)
     assert served_versions.complete_versions(base) == []
+
+
+@pytest.mark.parametrize("lost", [
+    [],  # the staging emptied after its load test (removed by another host's cleanup)
+    ["variables/variables.data-00000-of-00001"],
+    ["saved_model.pb"],
+], ids=["emptied", "no-variable-data", "no-graph"])  # fmt: skip
+def test_a_partial_staged_copy_is_an_error_not_a_green_push(tmp_path, lost):
+    """The commit checks the staged copy is a whole SavedModel before moving it and the
+    version after: a partial one raises, naming what is missing, and leaves no version."""
+    model, base = _model(tmp_path, "model"), str(tmp_path / "serving")
+
+    def lose_files(staging):
+        for name in lost or fx.files_under(staging):
+            os.remove(os.path.join(staging, name))
+
+    with pytest.raises(pusher.IncompleteVersion, match="missing") as raised:
+        pusher.publish_version(model, base, expected_served=None, check=lose_files)
+    named = (lost or ["saved_model.pb"])[0].split("00000")[0]  # the data shard: by its prefix
+    assert named in str(raised.value)
+    assert served_versions.complete_versions(base) == []
+    assert not [n for n in os.listdir(base) if n.isdigit()]
+
+
+def test_a_lease_release_that_fails_after_the_commit_is_a_warning(tmp_path, caplog):
+    """The version is committed and visible; a lease that cannot be marked released expires
+    on its own, so the push succeeded."""
+    from unittest import mock
+
+    from components.atomic_pusher import lock
+
+    class Held:
+        def release(self):
+            raise OSError("the store did not answer")
+
+    leasing = lock._remote_lease("gs://b/serving/.push.lease", time.monotonic() + 5, 5)
+    with mock.patch.object(lock.lease, "acquire", return_value=Held()), leasing:
+        pass
+    assert "the push lease was not released" in caplog.text
+    assert "the store did not answer" in caplog.text

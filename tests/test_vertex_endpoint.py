@@ -34,8 +34,10 @@ def _model(tmp_path, name="model"):
     model = standard_artifacts.Model()
     model.uri = str(tmp_path / name)
     serving = tmp_path / name / "Format-Serving"
-    serving.mkdir(parents=True)
+    (serving / "variables").mkdir(parents=True)
     (serving / "saved_model.pb").write_bytes(b"graph-" + name.encode())
+    (serving / "variables" / "variables.index").write_bytes(b"index")
+    (serving / "variables" / "variables.data-00000-of-00001").write_bytes(b"weights")
     return model
 
 

@@ -78,6 +78,31 @@ NEW_VERSION_KEY = "new_version"
 LOAD_TEST_KEY = "load_test"
 
 
+class IncompleteVersion(RuntimeError):
+    """A staged copy or a committed version is not a whole SavedModel; nothing is served
+    from it."""
+
+
+def _missing(names: list[str]) -> list[str]:
+    """What a SavedModel needs that `names` (paths relative to its folder) lack: the graph,
+    the variables' index and at least one data shard."""
+    needs = {
+        SAVED_MODEL_FILE: SAVED_MODEL_FILE in names,
+        "variables/variables.index": "variables/variables.index" in names,
+        "variables/variables.data-*": any(n.startswith("variables/variables.data-") for n in names),
+    }
+    return [name for name, present in needs.items() if not present]
+
+
+def check_complete(folder: str, what: str) -> None:
+    """IncompleteVersion naming `folder` and what it is missing, if anything."""
+    missing = _missing(_files_under(folder)) if fileio.exists(folder) else ["everything"]
+    if missing:
+        raise IncompleteVersion(
+            f"{what} {folder} is missing {', '.join(missing)}; nothing is served from it"
+        )
+
+
 class _Any:
     def __repr__(self) -> str:
         return "ANY"
@@ -206,6 +231,7 @@ def publish_version(
 def _commit(held, staging: str, final: str, version: str) -> None:
     """The staged files moved into `final` while `held` (the push lock) lasts; a move that
     fails because the lock was lost (another push removed this staging) is PushLeaseLost."""
+    check_complete(staging, "the staged copy")
     mark_committing(staging, version)
     try:
         move_into_place(staging, final, before_last=held.check)
@@ -214,6 +240,7 @@ def _commit(held, staging: str, final: str, version: str) -> None:
     except Exception:
         held.check()  # PushLeaseLost when the lock is gone, else the move's own error
         raise
+    check_complete(final, "the committed version")
 
 
 def _spans_record(input_dict, folder: str) -> str | None:
