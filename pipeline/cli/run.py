@@ -164,7 +164,7 @@ def _report_night(output_dir: Path, night: dict, status: int, url: str | None) -
     path = output_dir / SUMMARY_FILE
     # A run refused because another holds the folder wrote no summary: one found newer is
     # the holder's, and its night is not this one.
-    busy = night.get("busy", False)
+    busy = status == exit_status.BUSY
     mine = not busy and _written(output_dir) not in (None, night["summary_before"])
     summary = json.loads(path.read_text()) if mine else {
         "outcome": "busy" if busy else "failed", "failed_step": "before the first step",
@@ -244,7 +244,6 @@ def _run(args: argparse.Namespace, output_dir: Path, night: dict) -> int:
         for cause in _causes(err):
             for error_type, status in known:
                 if isinstance(cause, error_type):
-                    night["busy"] = status == exit_status.BUSY
                     return _refused(night, str(cause), status)
         night["error"] = f"{type(err).__name__}: {err}"
         print(f"error: {night['error']}\n(see the log file above for details)", file=sys.stderr)

@@ -210,7 +210,8 @@ def _add_wait_args(vertex: argparse._ArgumentGroup) -> None:
         "--poll-seconds",
         target_flags.SUBMIT,
         type=float,
-        help="with --wait: seconds between two looks at the run's state (default: 30)",
+        help="with --wait: seconds between two looks at the run's state (default: "
+        f"{target_flags.SUBMIT['--poll-seconds'].default:g})",
     )
     target_flags.add(
         vertex,
