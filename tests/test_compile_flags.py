@@ -871,3 +871,29 @@ def test_each_flag_is_honoured_or_refused(
         else:
             assert status == 0, err
             assert case.where(made) == case.expected
+
+
+def _help_of(flag: str) -> str:
+    [compile_parser] = [
+        parser
+        for name, parser in cli.build_parser()._subparsers._group_actions[0].choices.items()
+        if name == "compile"
+    ]
+    [action] = [a for a in compile_parser._actions if flag in a.option_strings]
+    return " ".join(action.help.split())
+
+
+def test_the_endpoint_help_says_the_serving_folder_still_records_each_version():
+    """An endpoint deploy is recorded as a version of the serving folder (vertex_endpoint.py):
+    the help must not say it replaces the push."""
+    text = _help_of("--endpoint")
+    assert "instead of" not in text
+    assert "<pipeline-root>/serving" in text and "also" in text
+
+
+def test_the_data_fingerprint_help_promises_no_caching_the_compiled_file_does_not_do():
+    """The compiled ExampleGen is never cached (it reads the served state and the spans on
+    every run), so the fingerprint cannot make caching re-ingest anything."""
+    assert "Cifar10ExampleGen" in UNCACHED_TASKS
+    text = _help_of("--data-fingerprint")
+    assert "re-ingest" not in text and "never cached" in text

@@ -115,3 +115,34 @@ def test_each_image_copies_the_files_the_project_metadata_names():
             if line.startswith("COPY "):
                 copied |= set(line.split()[1:-1])
         assert named <= copied, f"{dockerfile} does not copy {sorted(named - copied)}"
+
+
+def _cuda_pins() -> dict[str, str]:
+    """The CUDA libraries the locked TensorFlow asks for with its `and-cuda` extra."""
+    import importlib.metadata
+
+    pins = {}
+    for requirement in importlib.metadata.requires("tensorflow"):
+        if "extra == 'and-cuda'" in requirement or 'extra == "and-cuda"' in requirement:
+            name, version = requirement.split(";")[0].replace(" ", "").split("==")
+            pins[name.lower()] = version
+    return pins
+
+
+def test_the_gpu_image_adds_exactly_the_cuda_libraries_the_locked_tensorflow_names():
+    """TensorFlow's Linux wheel is a CUDA build that finds CUDA's libraries at run time; the
+    `gpu` stage adds the ones its `and-cuda` extra pins, and nothing else, on the CPU
+    image's stage, which stays the default target."""
+    stages = _stages()
+    gpu = stages["gpu"]
+    assert gpu["from"] == stages[list(stages)[-1]]["from"] and list(stages)[-1] != "gpu"
+    [install] = [c for c in gpu["runs"] if _pip(c) and "install" in c]
+    assert "--no-deps" in install
+    added = dict(a.split("==") for a in install if "==" in a)
+    assert added == _cuda_pins() and len(added) >= 10
+    assert not any(_pip(c) and "uninstall" in c for c in gpu["runs"])
+
+
+def test_the_docs_build_the_gpu_image_they_train_on():
+    text = (REPO_ROOT / "docs" / "vertex.md").read_text()
+    assert "--target gpu" in text and "--target gpu" in DOCKERFILE.read_text()

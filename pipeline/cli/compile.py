@@ -180,7 +180,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--data-fingerprint",
         default="",
-        help="change this when the data at --data changes, so that Vertex caching re-ingests it",
+        help="a label for the data at --data, kept in the ingest's properties; not needed "
+        "for fresh data: the compiled ingest is never cached and fingerprints every span itself",
     )
     target_flags.add(
         parser,
@@ -212,8 +213,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     target_flags.add(
         parser,
         "--endpoint",
-        help="deploy the blessed model to this Vertex endpoint "
-        "instead of pushing to <pipeline-root>/serving",
+        help="also deploy each pushed version to this Vertex AI endpoint; "
+        "<pipeline-root>/serving still records every version",
     )
     _add_vertex_worker_args(parser)
     _add_kubeflow_pod_args(parser)
