@@ -60,6 +60,20 @@ def read_text(path: str) -> str:
         return handle.read()
 
 
+class DamagedRecord(ValueError):
+    """A JSON record the project wrote cannot be read back; the message names the file."""
+
+
+def read_json(path: str):
+    """The JSON record at `path`; DamagedRecord (naming it) when it is not whole JSON."""
+    import json
+
+    try:
+        return json.loads(read_text(path))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise DamagedRecord(f"{path}: damaged record, not JSON ({err})") from None
+
+
 def write_bytes(path: str, data: bytes) -> None:
     """`data` to a file or object, its folder made first where local."""
     if is_remote(path):

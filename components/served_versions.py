@@ -22,7 +22,7 @@ from components.contract import (
     SERVED_STATE_FILE,
     SERVED_STATISTICS_FILE,
 )
-from components.paths import exists, join, listdir, read_text
+from components.paths import exists, join, listdir, read_json, read_text
 
 
 def is_complete(serving_model_dir: str, version: str) -> bool:
@@ -56,7 +56,7 @@ def version_endpoint(serving_model_dir: str, version: str) -> dict | None:
     """The Vertex AI deployment a version records (ENDPOINT_FILE: endpoint, model,
     deployed_model_id), or None for a version that was not deployed to an endpoint."""
     path = join(serving_model_dir, version, ENDPOINT_FILE)
-    return json.loads(read_text(path)) if exists(path) else None
+    return read_json(path) if exists(path) else None
 
 
 def read_spans_record(record: str) -> dict[int, str]:
@@ -64,7 +64,7 @@ def read_spans_record(record: str) -> dict[int, str]:
     ExampleGen's output); {} where there is none."""
     if not exists(record):
         return {}
-    return {int(k): v for k, v in json.loads(read_text(record))["fingerprints"].items()}
+    return {int(k): v for k, v in read_json(record)["fingerprints"].items()}
 
 
 # Versions taken out of service (`cifar10-pipeline rollback`) are kept aside here, each
@@ -80,7 +80,7 @@ def rolled_back(serving_model_dir: str) -> dict[str, dict]:
     versions = sorted(
         (n[:-5] for n in listdir(folder) if n.endswith(".json") and n[:-5].isdigit()), key=int
     )
-    return {v: json.loads(read_text(join(folder, f"{v}.json"))) for v in versions}
+    return {v: read_json(join(folder, f"{v}.json")) for v in versions}
 
 
 class ServedVersionChanged(RuntimeError):

@@ -88,9 +88,8 @@ def _set_aside(serving_model_dir: str, version: str, record: dict) -> None:
     spans = served_versions.version_spans(serving_model_dir, version)
     record = {**record, "version": version, "spans": {str(k): v for k, v in spans.items()}}
     if not paths.is_remote(source):
-        os.makedirs(aside, exist_ok=True)
-        with open(paths.join(aside, f"{version}.json"), "w") as handle:
-            json.dump(record, handle)
+        # whole or not at all (paths.write_bytes): a full disk leaves no partial record
+        paths.write_bytes(paths.join(aside, f"{version}.json"), json.dumps(record).encode())
         os.replace(source, target)
         return
     object_store.write_bytes(paths.join(aside, f"{version}.json"), json.dumps(record).encode())

@@ -144,4 +144,4 @@ def latest(serving_model_dir: str) -> dict[str, Any] | None:
     from components import paths
 
     path = paths.join(serving_model_dir, NIGHTS_DIR, LATEST_FILE)
-    return json.loads(paths.read_text(path)) if paths.exists(path) else None
+    return paths.read_json(path) if paths.exists(path) else None

@@ -11,7 +11,7 @@ from pipeline.operations.serving import add_folder_args, serving_model_dir
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from components import object_store
+    from components import object_store, paths
     from components.atomic_pusher.lock import PushLockTimeout
     from components.atomic_pusher.rollback import EndpointNotMoved, RollbackError, roll_back
 
@@ -22,12 +22,15 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         return exit_status.BAD_INPUT
     try:
         done = roll_back(folder, args.reason, args.to, args.api_endpoint)
-    except (RollbackError, object_store.ObjectStoreError) as err:
+    except (RollbackError, object_store.ObjectStoreError, paths.DamagedRecord) as err:
         print(f"error: {err}", file=sys.stderr)
         return exit_status.BAD_INPUT
     except (PushLockTimeout, EndpointNotMoved) as err:
         print(f"error: {err}", file=sys.stderr)
         return exit_status.ERROR
+    except OSError as err:  # a full disk or a folder it may not write: nothing was moved
+        print(f"error: {folder}: {err.strerror or err}", file=sys.stderr)
+        return exit_status.BAD_INPUT
     for version in done.rolled_back:
         print(f"rolled back   version {version}: kept aside under {folder}/.rolled-back/")
     print(f"served now    version {done.served} ({done.record['who']}, {done.record['when']})")

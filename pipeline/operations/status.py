@@ -63,14 +63,13 @@ class Status:
 
 def _pushed_accuracy(serving_model_dir: str, version: str) -> float | None:
     """The eval accuracy recorded by the night that pushed `version`, if one did."""
-    import json
 
     from components import paths
 
     folder = paths.join(serving_model_dir, nights.NIGHTS_DIR)
     for name in reversed(paths.listdir(folder)):
         if name.endswith("-pushed.json"):
-            night = json.loads(paths.read_text(paths.join(folder, name)))
+            night = paths.read_json(paths.join(folder, name))
             if night.get("served_after") == version:
                 return night.get("eval_accuracy")
     return None
