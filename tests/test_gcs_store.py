@@ -164,3 +164,11 @@ def test_the_kubeflow_file_pushes_to_gs_and_then_finds_nothing_new(
         return [name for name in listed if "/.nights/" not in name]
 
     assert versions(_names(namespace, serving)) == versions(names)
+    root = f"gs://{bucket}/root"
+    status = _cli(namespace, "status", "--output-dir", root, "--json", timeout=300)
+    assert status.returncode == 0, status.stderr[-3000:]
+    assert json.loads(status.stdout)["served"] == number
+    # the only version: refused in one line, nothing moved
+    only = _cli(namespace, "rollback", "--output-dir", root, "--reason", "test", timeout=300)
+    assert only.returncode == 2 and only.stderr.startswith("error: "), only.stderr[-3000:]
+    assert versions(_names(namespace, serving)) == versions(names)

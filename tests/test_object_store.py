@@ -495,6 +495,25 @@ def test_the_kubeflow_file_runs_three_nights_on_the_store(seaweedfs, tiny_archiv
     served_now = f"served version {versions_now[1]} was trained on spans [1, 2]"
     assert f"outcome        no_new_span: no new span: {served_now}" in third.stdout
     assert _served(seaweedfs) == versions_now
+    _operations_on_the_bucket_root(seaweedfs, "s3://mlpipeline/root", versions_now)
+
+
+def _operations_on_the_bucket_root(store, root: str, versions: list[str]) -> None:
+    """`status` and `rollback` take the pipeline root as --output-dir, as on a local run
+    folder; `gc` refuses it in one line."""
+
+    def status() -> dict:
+        done = _cli(store, "status", "--output-dir", root, "--json", timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout)
+
+    assert status()["served"] == versions[-1]
+    back = _cli(store, "rollback", "--output-dir", root, "--reason", "test", timeout=300)
+    assert back.returncode == 0, back.stderr[-3000:]
+    after = status()
+    assert (after["served"], after["rolled_back"]) == (versions[-2], [versions[-1]])
+    gc = _cli(store, "gc", "--output-dir", root, "--older-than", "0", timeout=300)
+    assert gc.returncode == 2 and gc.stderr.count("\n") == 1, gc.stderr[-3000:]
 
 
 def _png() -> bytes:

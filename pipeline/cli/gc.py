@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from pipeline.common import exit_status
+from pipeline.operations.serving import is_uri
 from pipeline.settings.config import DEFAULT_OUTPUT_DIR
 
 
@@ -25,6 +26,12 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from pipeline.local.runner import OutputDirError, RunLockedError
     from pipeline.operations import gc
 
+    if is_uri(args.output_dir):
+        print(f"error: --output-dir {args.output_dir}: gc works on a local run folder (its "
+              "ML Metadata, metadata.sqlite); a compiled pipeline's artifacts are kept by its "
+              "runner's ML Metadata, and its serving folder is bounded by --keep-versions",
+              file=sys.stderr)  # fmt: skip
+        return exit_status.BAD_INPUT
     output_dir = Path(args.output_dir).resolve()
     try:
         found = gc.collect(output_dir, args.older_than, args.dry_run)

@@ -21,7 +21,7 @@ from pipeline.cli.shared import (
 )
 from pipeline.common import exit_status
 from pipeline.common.files import write_atomically
-from pipeline.operations.serving import MODEL_NAME
+from pipeline.operations.serving import MODEL_NAME, is_uri
 from pipeline.settings.config import DEFAULT_OUTPUT_DIR
 
 
@@ -121,6 +121,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     $CIFAR10_NOTIFY_URL, delivered; neither changes the exit status."""
     from components.night_report import message as nights
 
+    if is_uri(args.output_dir):
+        print(f"error: --output-dir {args.output_dir}: `run` writes to a local folder (its "
+              "SQLite ML Metadata and run lock); to push to a bucket, compile the pipeline "
+              "with --pipeline-root there", file=sys.stderr)  # fmt: skip
+        return exit_status.BAD_INPUT
     url = args.notify if args.notify is not None else os.environ.get(nights.NOTIFY_VARIABLE)
     try:
         url = nights.check_url(url) if url else None

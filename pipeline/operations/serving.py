@@ -17,8 +17,9 @@ def add_folder_args(parser: argparse.ArgumentParser) -> None:
     where.add_argument(
         "--output-dir",
         metavar="DIR",
-        help=f"a run's folder, as `run` takes it (default: {DEFAULT_OUTPUT_DIR}); its "
-        f"versions are under DIR/serving/{MODEL_NAME}",
+        help=f"a run's folder, as `run` takes it (default: {DEFAULT_OUTPUT_DIR}), or a "
+        f"compiled pipeline's --pipeline-root (gs:// or s3://); its versions are under "
+        f"DIR/serving/{MODEL_NAME}",
     )
     where.add_argument(
         "--model-dir",
@@ -35,11 +36,12 @@ def serving_model_dir(args: argparse.Namespace) -> str:
             if "://" in args.model_dir
             else str(Path(args.model_dir).resolve())
         )
+    if args.output_dir and is_uri(args.output_dir):
+        return f"{args.output_dir.rstrip('/')}/serving/{MODEL_NAME}"
     output_dir = Path(args.output_dir or DEFAULT_OUTPUT_DIR).resolve()
     return str(output_dir / "serving" / MODEL_NAME)
 
 
-def output_dir(args: argparse.Namespace) -> Path | None:
-    """The run folder, when the command was given one (or the default); None with
-    --model-dir."""
-    return None if args.model_dir else Path(args.output_dir or DEFAULT_OUTPUT_DIR).resolve()
+def is_uri(path: str) -> bool:
+    """A bucket (gs://, s3://) or other store, not a local folder."""
+    return "://" in path
