@@ -1,5 +1,5 @@
 """The documentation stays readable: the README at most 2,400 words, docs/performance.md
-2,500, the hand-written docs/ at most 12,000. A page that grows past its budget needs a cut
+2,500, the hand-written docs/ at most 10,500. A page that grows past its budget needs a cut
 elsewhere. What `make bench` writes into docs/performance.md (benchmarks/bench_docs.py, one
 section per CPU kind) is measured output, not prose, so it is not counted as hand-written;
 a section entered by hand is."""
@@ -43,7 +43,9 @@ def test_the_hand_written_docs_stay_within_their_word_budget():
     pages = sorted((REPO_ROOT / "docs").glob("*.md"))
     assert len(pages) >= 10
     words = hand_written_words(pages)
-    assert words <= 12000, f"docs/: {words} hand-written words, budget 12000"
+    # 10,500 hand-written: with make bench's sections for the three measured CPU kinds
+    # (about 400 words each) the pages stay under 11,500 words in all.
+    assert words <= 10500, f"docs/: {words} hand-written words, budget 10500"
 
 
 def test_only_sections_make_bench_wrote_are_left_out():
