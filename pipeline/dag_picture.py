@@ -42,10 +42,9 @@ def picture(pipeline, exit_handler_id: str) -> str:
     return "\n".join(lines)
 
 
-def default_picture() -> str:
-    """The picture of the default local pipeline (any runner's is the same: one topology)."""
+def default_pipeline():
+    """The pipeline of a default local config (any runner's has the same topology)."""
     from components.trainer.config import TrainingConfig
-    from pipeline.kfp_ir import NIGHT_REPORT_TASK
     from pipeline.settings.config import PipelineConfig
     from pipeline.topology import create_pipeline
 
@@ -57,7 +56,13 @@ def default_picture() -> str:
         serving_dir="/serving",
         training=TrainingConfig(),
     )
-    return picture(create_pipeline(config), NIGHT_REPORT_TASK)
+    return create_pipeline(config)
+
+
+def default_picture() -> str:
+    from pipeline.kfp_ir import NIGHT_REPORT_TASK
+
+    return picture(default_pipeline(), NIGHT_REPORT_TASK)
 
 
 def block(drawn: str) -> str:

@@ -67,6 +67,15 @@ def cli(*args, timeout=900):
     )
 
 
+def one_line_error(capsys, *named: str) -> str:
+    """The command's stderr: one line, `error: ...`, naming each of `named`."""
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    for text in named:
+        assert text in err, err
+    return err
+
+
 def versions(out: Path):
     base = out / "serving" / "cifar10"
     return sorted(p.name for p in base.iterdir() if p.name.isdigit()) if base.exists() else []

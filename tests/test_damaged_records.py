@@ -11,6 +11,7 @@ import pytest
 from pipeline import cli
 
 from cifar_fixtures import served_version as _serve
+from conftest import one_line_error
 
 
 @pytest.fixture
@@ -26,20 +27,12 @@ def _listing(base):
     return sorted(p.relative_to(base).as_posix() for p in base.rglob("*"))
 
 
-def _one_line(capsys, *named: str) -> str:
-    err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
-    for text in named:
-        assert text in err, err
-    return err
-
-
 def test_a_damaged_night_record_is_named_by_status(serving, capsys):
     record = serving / ".nights" / "latest.json"
     record.parent.mkdir()
     record.write_text('{"outcome": "pus')
     assert cli.main(["status", "--model-dir", str(serving)]) == 2
-    _one_line(capsys, str(record), "damaged")
+    one_line_error(capsys, str(record), "damaged")
 
 
 @pytest.mark.parametrize("version", ["200", "100"])
@@ -47,7 +40,7 @@ def test_a_damaged_endpoint_record_stops_rollback_in_one_line(serving, capsys, v
     (serving / version / "endpoint.json").write_text("{not json")
     before = _listing(serving)
     assert cli.main(["rollback", "--model-dir", str(serving), "--reason", "r"]) == 2
-    _one_line(capsys, str(serving / version / "endpoint.json"), "damaged")
+    one_line_error(capsys, str(serving / version / "endpoint.json"), "damaged")
     assert _listing(serving) == before
 
 
@@ -77,7 +70,7 @@ def test_a_rollback_stopped_while_writing_its_record_leaves_nothing_half_written
     monkeypatch.setattr(builtins, "open", open_)
     assert cli.main(["rollback", "--model-dir", str(serving), "--reason", "r"]) == 2
     monkeypatch.setattr(builtins, "open", real_open)
-    _one_line(capsys, "No space left on device")
+    one_line_error(capsys, "No space left on device")
     aside = serving / ".rolled-back"
     assert not aside.exists() or [p.name for p in aside.iterdir()] == []
     assert (serving / "200" / "saved_model.pb").exists()

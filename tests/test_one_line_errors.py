@@ -8,6 +8,8 @@ import pytest
 from pipeline import cli
 from pipeline.common import kfp_platform
 
+from conftest import one_line_error
+
 KUBEFLOW = ["compile", "--target", "kubeflow", "--pipeline-root", "gs://b/r", "--image", "i"]
 KUBEFLOW += ["--data", "gs://b/d.tar.gz"]
 
@@ -17,26 +19,18 @@ def _logs_in_tmp(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
 
 
-def _one_line(capsys, *named: str) -> str:
-    err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
-    for text in named:
-        assert text in err, err
-    return err
-
-
 def test_compile_to_a_folder_is_refused_in_one_line(tmp_path, capsys):
     output = tmp_path / "pipeline.yaml"
     output.mkdir()
     assert cli.main([*KUBEFLOW, "--output", str(output)]) == 2
-    _one_line(capsys, str(output), "is a folder")
+    one_line_error(capsys, str(output), "is a folder")
 
 
 def test_compile_under_a_file_is_refused_in_one_line(tmp_path, capsys):
     (tmp_path / "notes").write_text("x")
     output = tmp_path / "notes" / "pipeline.yaml"
     assert cli.main([*KUBEFLOW, "--output", str(output)]) == 2
-    _one_line(capsys, str(output), f"{tmp_path / 'notes'} is a file")
+    one_line_error(capsys, str(output), f"{tmp_path / 'notes'} is a file")
 
 
 def _binary_yaml(tmp_path: Path) -> Path:
@@ -49,7 +43,7 @@ def test_a_pipeline_file_that_is_not_text_is_refused_by_submit(tmp_path, capsys)
     path = _binary_yaml(tmp_path)
     argv = ["submit", str(path), "--target", "kubeflow", "--host", "http://127.0.0.1:9"]
     assert cli.main([*argv, "--dry-run"]) == 2
-    _one_line(capsys, f"error: {path}: not a readable KFP pipeline YAML (not UTF-8 text)")
+    one_line_error(capsys, f"error: {path}: not a readable KFP pipeline YAML (not UTF-8 text)")
 
 
 def test_a_pipeline_file_that_is_not_text_is_a_pipeline_file_error(tmp_path):
@@ -70,8 +64,8 @@ def test_local_kfp_checks_its_folders_before_starting(tmp_path, capsys):
     (tmp_path / "notes").write_text("x")
     out = tmp_path / "notes" / "out"
     assert cli.main(["local-kfp", str(pipeline_file), "--output-dir", str(out)]) == 2
-    _one_line(capsys, f"error: --output-dir {out}: {tmp_path / 'notes'} is a file")
+    one_line_error(capsys, f"error: --output-dir {out}: {tmp_path / 'notes'} is a file")
     missing = tmp_path / "cifar.tar.gz"
     argv = ["local-kfp", str(pipeline_file), "--data", str(missing)]
     assert cli.main([*argv, "--output-dir", str(tmp_path / "out")]) == 2
-    _one_line(capsys, f"error: --data {missing}: no such file or folder")
+    one_line_error(capsys, f"error: --data {missing}: no such file or folder")

@@ -9,19 +9,13 @@ import pytest
 
 from pipeline import cli
 
+from conftest import one_line_error
+
 
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-
-
-def _one_line(capsys, *named: str) -> str:
-    err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
-    for text in named:
-        assert text in err, err
-    return err
 
 
 @pytest.mark.parametrize("root", ["gs://bucket/root", "s3://mlpipeline/root/"])
@@ -59,12 +53,12 @@ def test_rollback_acts_on_the_serving_folder_under_a_bucket_root(root, monkeypat
 @pytest.mark.parametrize("root", ["gs://bucket/root", "s3://mlpipeline/root"])
 def test_gc_refuses_a_bucket_in_one_line(root, capsys, tmp_path):
     assert cli.main(["gc", "--output-dir", root, "--older-than", "30"]) == 2
-    _one_line(capsys, root, "local run folder")
+    one_line_error(capsys, root, "local run folder")
     assert not list(tmp_path.glob("*:"))
 
 
 @pytest.mark.parametrize("root", ["gs://bucket/out", "s3://mlpipeline/out"])
 def test_run_refuses_a_bucket_output_dir_in_one_line(root, capsys, tmp_path):
     assert cli.main(["run", "--output-dir", root, "--data", str(tmp_path / "none")]) == 2
-    _one_line(capsys, root, "--pipeline-root")
+    one_line_error(capsys, root, "--pipeline-root")
     assert not list(tmp_path.glob("*:"))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tfx.dsl.components.base.base_beam_executor import BaseBeamExecutor
 
+from pipeline import dag_picture
 from pipeline.topology import VERTEX_SERVING_IMAGE
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "design.md"
@@ -18,14 +19,9 @@ def _row(first_cell: str) -> str:
 
 
 def _beam_steps() -> set[str]:
-    from components.trainer.config import TrainingConfig
-    from pipeline.settings.config import PipelineConfig
-    from pipeline.topology import create_pipeline
-
-    config = PipelineConfig("p", "/root", "/data", "f", "/serving", training=TrainingConfig())
     return {
         component.id
-        for component in create_pipeline(config).components
+        for component in dag_picture.default_pipeline().components
         if issubclass(component.executor_spec.executor_class, BaseBeamExecutor)
     }
 
