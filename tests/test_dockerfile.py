@@ -5,6 +5,8 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 LOCK = REPO_ROOT / "requirements.lock"
@@ -121,6 +123,13 @@ def _cuda_pins() -> dict[str, str]:
     """The CUDA libraries the locked TensorFlow asks for with its `and-cuda` extra."""
     import importlib.metadata
 
+    installed = importlib.metadata.version("tensorflow")
+    if installed != _lock_pins()["tensorflow"]:
+        pytest.skip(
+            f"the Dockerfile's TensorFlow ({_lock_pins()['tensorflow']}, requirements.lock) is "
+            f"not the one installed here ({installed}, the other stack): its CUDA pins are not "
+            "in this environment's metadata"
+        )
     pins = {}
     for requirement in importlib.metadata.requires("tensorflow"):
         if "extra == 'and-cuda'" in requirement or 'extra == "and-cuda"' in requirement:
