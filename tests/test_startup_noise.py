@@ -163,3 +163,24 @@ def test_the_operations_commands_print_no_start_up_lines_and_leave_no_log(tmp_pa
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stderr == "" and _quiet(done.stdout)
     assert _logs(tmp_path / "state") == []
+
+
+def test_client_library_lines_reach_the_log_after_a_google_client_was_made(tmp_path, monkeypatch):
+    """google-api-core stops the "google" logger propagating when it makes its first client
+    (a Vertex endpoint's, a PipelineJob's); inside `to_file` its lines still reach the log."""
+    import logging
+
+    from google.api_core import client_logging
+
+    google = logging.getLogger("google")
+    monkeypatch.setattr(client_logging, "_LOGGING_INITIALIZED", False)
+    monkeypatch.setattr(google, "propagate", True)
+    monkeypatch.setattr(google, "level", logging.NOTSET)
+    monkeypatch.setattr(google, "handlers", [])  # a logger no one configured
+    client_logging.initialize_logging()  # what the first client does
+    assert google.propagate is False
+    log = tmp_path / "cli.log"
+    with library_log.to_file(log):
+        logging.getLogger("google.cloud.aiplatform").info("a line of the client library")
+    assert "a line of the client library" in log.read_text()
+    assert (google.propagate, google.level) == (False, logging.NOTSET)  # as it was

@@ -99,6 +99,13 @@ def _logging_to(path: Path, level: int) -> Iterator[None]:
     saved_tf_handlers = list(tf_logger.handlers)
     for handler in saved_tf_handlers:
         tf_logger.removeHandler(handler)
+    # google-api-core turns off propagation of the "google" logger when it makes its first
+    # client, unless that logger is configured (client_logging.setup_logging): given a level
+    # here, the client libraries' lines reach this file however many clients were made.
+    google = logging.getLogger("google")
+    saved_google = google.level, google.propagate
+    google.setLevel(level)
+    google.propagate = True
     root.addHandler(file_handler)
     root.setLevel(level)
     saved_absl_verbosity = absl_logging.get_verbosity()
@@ -109,6 +116,8 @@ def _logging_to(path: Path, level: int) -> Iterator[None]:
         absl_logging.set_verbosity(saved_absl_verbosity)
         root.removeHandler(file_handler)
         file_handler.close()
+        google.setLevel(saved_google[0])
+        google.propagate = saved_google[1]
         root.setLevel(saved_level)
         for handler in saved_handlers:
             root.addHandler(handler)
