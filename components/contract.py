@@ -154,4 +154,7 @@ def unpack_digests(index: bytes) -> frozenset[bytes]:
 # components/atomic_pusher/retention.py): ten nights of daily versions, about 93 MB at 9.3 MB
 # each. Never fewer than the served version and the one a rollback would serve.
 DEFAULT_KEEP_VERSIONS = 10
+# A Vertex AI endpoint keeps this many deployed models before the served one (`compile
+# --endpoint-keep`): a rollback to them moves traffic only; older ones are undeployed.
+DEFAULT_ENDPOINT_KEEP = 1
 MIN_KEEP_VERSIONS = 2

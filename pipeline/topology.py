@@ -199,6 +199,7 @@ def _pusher(config: PipelineConfig, model, blessing, statistics, examples, serve
         "endpoint": config.vertex.endpoint,
         "image": VERTEX_SERVING_IMAGE,
         "machine_type": "n1-standard-4",
+        "keep": config.vertex.endpoint_keep,
     }
     return VertexEndpointPusher(serving, **pusher_args).with_id(PUSHER_NODE)
 

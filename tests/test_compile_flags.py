@@ -498,6 +498,12 @@ COMPILE_TABLE: dict[str, dict[str, tuple]] = {
         V, ("--endpoint", "e"),
         given("--endpoint", "ep-9", lambda c: _serving(c)["endpoint"]),
     ),
+    "--endpoint-keep": only(
+        V, ("--endpoint", "e", "--endpoint-keep", "3"),
+        lands(lambda c: _serving(c)["keep"], 3, "--endpoint", "e", "--endpoint-keep", "3"),
+        Refused(("--endpoint-keep", "3"), "--endpoint-keep needs --endpoint"),
+        Refused(("--endpoint", "e", "--endpoint-keep", "-1"), "--endpoint-keep must be 0 or more"),
+    ),
     "--worker-machine-type": only(
         V, _WORKERS, lands(_machine("machine_type"), _WORKERS[1], *_WORKERS)
     ),

@@ -34,13 +34,18 @@ class _FakeEndpoints(http_stand_in.JsonHandler):
         self.body = json.loads(self.rfile.read(length)) if length else None
         url = urlsplit(self.path)
         _FakeEndpoints.requests.append((self.command, url.path, parse_qs(url.query), self.body))
-        if url.path != f"/v1/{ENDPOINT}":
+        known = url.path.split(":")[0] == f"/v1/{ENDPOINT}"
+        if not known:
             self.reply({"error": {"code": 404, "message": f"{url.path} not found"}}, 404)
-        return url.path == f"/v1/{ENDPOINT}"
+        return known
 
     def do_GET(self):
         if self._known():
             self.reply(_FakeEndpoints.endpoint)
+
+    def do_POST(self):  # DeployModel: refused
+        if self._known():
+            self.reply({"error": {"code": 403, "message": "no deploys here"}}, 403)
 
     def do_PATCH(self):
         if not self._known():
@@ -147,16 +152,21 @@ def test_a_refused_traffic_change_is_one_line_and_changes_nothing(
     assert _FakeEndpoints.endpoint["trafficSplit"] == {MODELS["300"]: 100}
 
 
-def test_a_served_model_no_longer_deployed_is_refused_before_any_change(
+def test_a_served_model_no_longer_deployed_whose_redeploy_is_refused_changes_nothing(
     serving, fake_endpoints, capsys
 ):
+    """The lifecycle undeployed version 200's model; the rollback deploys it again
+    (tests/test_endpoint_lifecycle.py), here refused: one line, nothing moved."""
     _FakeEndpoints.endpoint["deployedModels"].pop(1)  # version 200's
-    before = _listing(serving)
+    before = _listing(serving), dict(_FakeEndpoints.endpoint["trafficSplit"])
     assert _rollback(serving, fake_endpoints) == 1
     err = capsys.readouterr().err
-    assert f"deployed model {MODELS['200']} is no longer deployed" in err
-    assert len(err.strip().splitlines()) == 1 and _listing(serving) == before
-    assert [r[0] for r in _FakeEndpoints.requests] == ["GET"]
+    assert f"{ENDPOINT}: Vertex AI refused the traffic change: 403 no deploys here" in err
+    assert len(err.strip().splitlines()) == 1
+    assert (_listing(serving), _FakeEndpoints.endpoint["trafficSplit"]) == before
+    [get, post] = _FakeEndpoints.requests
+    assert get[0] == "GET" and post[:2] == ("POST", f"/v1/{ENDPOINT}:deployModel")
+    assert post[3]["deployedModel"]["model"].endswith("/models/200")
 
 
 def test_versions_without_an_endpoint_make_no_vertex_call(tmp_path, fake_endpoints, monkeypatch):

@@ -51,18 +51,11 @@ def _push(tmp_path, model, base, served_version=None, load_tested=False):
     (tmp_path / f"served-{served_version}" / "served_state.json").write_text(state.to_json())
     pushed = standard_artifacts.PushedModel()
     pushed.uri = str(tmp_path / "pushed")
-    # The fixture model is a few bytes, not a loadable SavedModel: the load test before the
-    # deploy and before the commit is the protocol tests' stand-in (`load_tested`: the real one, as
-    # tests/test_warmup.py runs it on real exports).
-    stand_in = (
-        (pusher.load_test, vertex_endpoint.load_test)
-        if load_tested
-        else (_fixture_load_test, _fixture_load_test)
-    )
-    with (
-        mock.patch.object(pusher, "load_test", stand_in[0]),
-        mock.patch.object(vertex_endpoint, "load_test", stand_in[1]),
-    ):
+    # The fixture model is a few bytes, not a loadable SavedModel: the load test of the staged
+    # copy (before the deploy) is the protocol tests' stand-in (`load_tested`: the real one,
+    # as tests/test_warmup.py runs it on real exports).
+    stand_in = pusher.load_test if load_tested else _fixture_load_test
+    with mock.patch.object(pusher, "load_test", stand_in):
         vertex_endpoint.EndpointExecutor().Do(
             {"model": [model], "model_blessing": [blessing], "served_model": [served]},
             {"pushed_model": [pushed]},
@@ -80,6 +73,7 @@ def deploys(monkeypatch):
         return IDS
 
     monkeypatch.setattr(vertex_endpoint, "deploy", deploy)
+    monkeypatch.setattr(vertex_endpoint, "undeploy_all_but", lambda *args: [])
     return calls
 
 

@@ -194,12 +194,17 @@ def publish_version(
     expected_served=ANY,
     keep_versions: int = 0,
     check=None,
+    before_commit=None,
+    after_commit=None,
 ) -> tuple[str, str, bool]:
     """Copies a SavedModel to `<base>/<version>/`, loadable only once complete (the module's
     docstring has the protocol). `expected_served`: the newest complete version the run read
     at its start (None: nothing was served), or ANY to skip that check. `check(staging)`,
     when given, judges the staged copy before the lock is taken (the load test); what it
-    raises stops the push with nothing committed.
+    raises stops the push with nothing committed. Under the push lock: `before_commit(staging,
+    version)` once the number is chosen (what it writes into `staging` is committed with the
+    model; what it raises commits nothing), `after_commit(version)` once the version is
+    complete and the oldest are pruned.
 
     Returns (path, version, is_new); is_new is False when that model is already served.
     After a new version, the oldest beyond `keep_versions` go (retention.prune; 0: none).
@@ -221,10 +226,14 @@ def publish_version(
                 return served
             version = str(held.reserve(_highest_version(base_directory)))
             final = served_versions.join(base_directory, version)
+            if before_commit is not None:
+                before_commit(staging, version)
             _commit(held, staging, final, version)
             removed = retention.prune(base_directory, keep_versions)
             if removed:
                 logging.info("Removed versions %s (--keep-versions %d)", removed, keep_versions)
+            if after_commit is not None:
+                after_commit(version)
             return final, version, True
 
 
@@ -335,10 +344,13 @@ def _served_changed(input_dict, model_push, changed: ServedVersionChanged) -> No
 
 
 class Executor(pusher_executor.Executor):
-    def deployed(self, input_dict, exec_properties, folder: str, expected) -> list:
-        """Files (path, name) a version keeps about where else the model was deployed, after
-        deploying it; none here (components/atomic_pusher/vertex_endpoint.py deploys)."""
-        return []
+    def before_commit(self, input_dict, exec_properties, staging: str, version: str) -> None:
+        """Under the push lock, the staged copy load-tested and `version` chosen: where else
+        the model goes before the version is visible (nothing here; vertex_endpoint.py
+        deploys), recorded in `staging`. What it raises commits nothing."""
+
+    def after_commit(self, exec_properties, version: str) -> None:
+        """Under the push lock, once `version` is complete (nothing here)."""
 
     def Do(self, input_dict, output_dict, exec_properties) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
@@ -355,7 +367,6 @@ class Executor(pusher_executor.Executor):
         kept = _kept(input_dict, model_push.uri)
         tested = []
         try:
-            kept += self.deployed(input_dict, exec_properties, model_push.uri, expected)
             serving_path, version, is_new = publish_version(
                 self.GetModelPath(input_dict),
                 exec_properties[BASE_DIRECTORY_KEY],
@@ -363,6 +374,10 @@ class Executor(pusher_executor.Executor):
                 expected_served=expected,
                 keep_versions=int(exec_properties.get(KEEP_VERSIONS_KEY) or 0),
                 check=lambda staging: tested.append(load_test(staging)),
+                before_commit=lambda staging, version: self.before_commit(
+                    input_dict, exec_properties, staging, version
+                ),
+                after_commit=lambda version: self.after_commit(exec_properties, version),
             )  # LoadTestFailed propagates: the run fails with its one line (exit status 9)
         except ServedVersionChanged as changed:  # PushLeaseLost too: an outcome, not a failure
             _served_changed(input_dict, model_push, changed)

@@ -11,9 +11,11 @@ midway leaves a numbered folder without saved_model.pb, which the next push remo
 
 A version deployed to a Vertex AI endpoint (`compile --endpoint`, ENDPOINT_FILE beside it) is
 rolled back on the endpoint too, first: all its traffic goes to the deployed model of the
-version served after, in one call (vertex_endpoint.serve_only), before any folder moves, so
-a refused call leaves the endpoint and the folder as they were. The rolled-back deployed
-models stay deployed with no traffic (undeploy them by hand to stop paying for them)."""
+version served after, in one call (vertex_endpoint.serve_version), before any folder moves,
+so a refused call leaves the endpoint and the folder as they were; a version whose deployed
+model the lifecycle undeployed is deployed again from its registry version (its
+ENDPOINT_FILE then names the new one). The rolled-back deployed models keep no traffic, and
+the next push undeploys them."""
 
 from __future__ import annotations
 
@@ -44,6 +46,8 @@ class EndpointPlan:
     endpoint: str  # the endpoint's resource name
     served_id: str  # the deployed model that gets all the traffic
     rolled_back_ids: list[str]  # the rolled-back versions' deployed models, newest first
+    served_ids: dict  # the ENDPOINT_FILE of the version served after
+    served_dir: str  # that version's folder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +130,13 @@ def _endpoint_plan(serving_model_dir: str, away: list[str], served: str) -> Endp
                 "a rollback moves one endpoint's traffic, so nothing was rolled back"
             )
     rolled = [deployed[v]["deployed_model_id"] for v in away if v in deployed]
-    return EndpointPlan(target["endpoint"], target["deployed_model_id"], rolled)
+    return EndpointPlan(
+        target["endpoint"],
+        target["deployed_model_id"],
+        rolled,
+        target,
+        paths.join(serving_model_dir, served),
+    )
 
 
 def _move_traffic(plan: EndpointPlan, api_endpoint: str) -> dict:
@@ -134,10 +144,15 @@ def _move_traffic(plan: EndpointPlan, api_endpoint: str) -> dict:
     for the rollback record."""
     from components.atomic_pusher import vertex_endpoint  # aiplatform: seconds to import
 
-    before = vertex_endpoint.serve_only(plan.endpoint, plan.served_id, api_endpoint)
+    before, serving = vertex_endpoint.serve_version(plan.served_ids, api_endpoint)
+    if serving != plan.served_id:  # deployed again: the version records its new deployment
+        paths.write_bytes(
+            paths.join(plan.served_dir, ENDPOINT_FILE),
+            json.dumps({**plan.served_ids, "deployed_model_id": serving}, indent=1).encode(),
+        )
     return {
         "name": plan.endpoint,
-        "served_deployed_model_id": plan.served_id,
+        "served_deployed_model_id": serving,
         "rolled_back_deployed_model_ids": plan.rolled_back_ids,
         "traffic_split_before": before,
     }

@@ -2,63 +2,191 @@
 
 Every deployment is recorded as a version of the serving folder
 (`<pipeline-root>/serving/<model>/<version>/`: the SavedModel, its training statistics and
-spans, and `endpoint.json` with the endpoint, model and deployed-model ids), so the rules
-that read the served state (no new span, warm start, drift, the regression baseline) hold
-on Vertex exactly as they do locally. Order: the served version is checked, the model is
-deployed from the Trainer's artifact (immutable, as TFX's own Vertex Pusher deploys), then
-the version is committed by the same protocol as a local push. A deploy that fails records
-nothing; a version that fails to commit after its deploy leaves the endpoint serving a model
-no version names: the next night trains and deploys again.
+spans, and `endpoint.json` with the endpoint, the registry version and the deployed-model
+id), so the rules that read the served state (no new span, warm start, drift, the regression
+baseline) hold on Vertex exactly as they do locally.
+
+A lifecycle, so the endpoint does not grow by a deployed model (and its replicas) a night:
+each version is a new version of one registry Model (named like the endpoint; alias
+`serving` on the one served), uploaded from the Trainer's artifact (immutable, as TFX's own
+Vertex Pusher deploys) and deployed with all traffic, while the push lock is held and after
+the staged copy's load test, just before the version's commit point (`before_commit`): a
+refused deploy commits nothing, and a rollback cannot interleave. Once committed
+(`after_commit`), every deployed model of that registry Model but the served one and those
+of the `--endpoint-keep` complete versions before it (default 1, for an instant rollback) is
+undeployed. A retried push finds its registry version and deployed model and makes neither
+twice. A deploy whose commit then fails (the lease lost on an object store) leaves the
+endpoint serving a model no version names, until the next push.
 
 Imported only when compiling with an endpoint, and by a rollback of a version deployed to one
-(`serve_only`): google-cloud-aiplatform takes seconds to import.
+(`serve_version`): google-cloud-aiplatform takes seconds to import.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 
 from absl import logging
 from tfx.dsl.components.base import executor_spec
 from tfx.types.component_spec import ExecutionParameter
-from tfx.utils import io_utils
 
-from components import served_versions
+from components import paths, served_versions
 from components.atomic_pusher.component import AtomicPusher, AtomicPusherSpec
-from components.atomic_pusher.executor import ANY, Executor, ServedVersionChanged
-from components.atomic_pusher.load_test import load_test
+from components.atomic_pusher.executor import BASE_DIRECTORY_KEY, Executor
 from components.atomic_pusher.rollback import EndpointNotMoved
-from components.contract import ENDPOINT_FILE
+from components.contract import DEFAULT_ENDPOINT_KEEP, ENDPOINT_FILE
 
 VERTEX_SERVING_KEY = "vertex_serving"  # JSON: project, region, endpoint, image, machine_type
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 TRAFFIC_REQUEST_TIMEOUT_SECONDS = 60.0
+# Deploying starts replicas (minutes); the push lease is renewed meanwhile (lease.py).
+OPERATION_TIMEOUT_SECONDS = 3600.0
+SERVING_ALIAS = "serving"  # on the registry version the endpoint serves
+DEFAULT_MACHINE_TYPE = "n1-standard-4"
+
+
+def _clients(project: str, region: str, api_endpoint: str = ""):
+    """The Vertex AI v1 model and endpoint clients (REST), with the default credentials."""
+    import google.auth
+    from google.cloud import aiplatform_v1
+
+    credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
+    options = {"api_endpoint": api_endpoint or f"{region}-aiplatform.googleapis.com"}
+    return tuple(
+        client(transport="rest", credentials=credentials, client_options=options)
+        for client in (aiplatform_v1.ModelServiceClient, aiplatform_v1.EndpointServiceClient)
+    )
+
+
+def _named(display_name: str) -> str:
+    return f'display_name="{display_name}"'
+
+
+def _registered(models, parent: str, display_name: str, model_path: str, image: str):
+    """(Model, version id) holding `model_path`: the registry version a retried push uploaded
+    already, else a new version of the Model named `display_name` (a new Model the first
+    time)."""
+    from google.cloud import aiplatform_v1
+
+    found = list(models.list_models(request={"parent": parent, "filter": _named(display_name)}))
+    if found:
+        for version in models.list_model_versions(request={"name": found[0].name}):
+            if version.artifact_uri == model_path:
+                return found[0].name, version.version_id
+    upload = aiplatform_v1.UploadModelRequest(
+        parent=parent,
+        parent_model=found[0].name if found else "",
+        model=aiplatform_v1.Model(
+            display_name=display_name,
+            artifact_uri=model_path,
+            container_spec=aiplatform_v1.ModelContainerSpec(image_uri=image),
+        ),
+    )
+    answer = models.upload_model(request=upload).result(timeout=OPERATION_TIMEOUT_SECONDS)
+    return answer.model, answer.model_version_id
+
+
+def _of_version(deployed, model: str, version: str) -> bool:
+    return deployed.model == f"{model}@{version}" or (
+        deployed.model == model and deployed.model_version_id == version
+    )
+
+
+def _deploy_version(endpoints, endpoint: str, versioned: str, machine_type: str) -> str:
+    """Deploys the registry version `versioned` (MODEL@VERSION) with all the traffic; its
+    deployed model's id."""
+    from google.cloud import aiplatform_v1
+
+    deployed = aiplatform_v1.DeployedModel(
+        model=versioned,
+        dedicated_resources=aiplatform_v1.DedicatedResources(
+            machine_spec=aiplatform_v1.MachineSpec(machine_type=machine_type),
+            min_replica_count=1,
+            max_replica_count=1,
+        ),
+    )
+    operation = endpoints.deploy_model(
+        endpoint=endpoint, deployed_model=deployed, traffic_split={"0": 100}
+    )
+    return operation.result(timeout=OPERATION_TIMEOUT_SECONDS).deployed_model.id
+
+
+def _all_traffic_to(endpoints, resource, deployed_model_id: str) -> None:
+    """One UpdateEndpoint call: all traffic to `deployed_model_id`, the others none."""
+    if dict(resource.traffic_split) == {deployed_model_id: 100}:
+        return
+    resource.traffic_split = {deployed_model_id: 100}
+    endpoints.update_endpoint(
+        endpoint=resource,
+        update_mask={"paths": ["traffic_split"]},
+        timeout=TRAFFIC_REQUEST_TIMEOUT_SECONDS,
+    )
 
 
 def deploy(model_path: str, settings: dict) -> dict:
-    """Uploads the SavedModel at `model_path` as a Vertex AI Model and deploys it to the
-    endpoint named `settings["endpoint"]` (created when missing) with all traffic; returns
-    the ids recorded beside the version."""
-    from google.cloud import aiplatform
+    """Makes the SavedModel at `model_path` a new version of the registry Model named
+    `settings["endpoint"]` and deploys it to that endpoint (created when missing) with all
+    traffic, the `serving` alias moved onto it. Called again for the same model (a retried
+    push), it uploads and deploys nothing twice. Returns the ids recorded beside the version."""
+    project, region = settings["project"], settings["region"]
+    models, endpoints = _clients(project, region, settings.get("api_endpoint", ""))
+    parent = f"projects/{project}/locations/{region}"
+    name = settings["endpoint"]
+    found = list(endpoints.list_endpoints(request={"parent": parent, "filter": _named(name)}))
+    if found:
+        endpoint = found[0]
+    else:
+        from google.cloud import aiplatform_v1
 
-    aiplatform.init(project=settings["project"], location=settings["region"])
-    found = aiplatform.Endpoint.list(filter=f'display_name="{settings["endpoint"]}"')
-    endpoint = found[0] if found else aiplatform.Endpoint.create(settings["endpoint"])
-    model = aiplatform.Model.upload(
-        display_name=settings["endpoint"],
-        artifact_uri=model_path,
-        serving_container_image_uri=settings["image"],
-    )
-    endpoint.deploy(model=model, machine_type=settings["machine_type"], traffic_percentage=100)
-    deployed = [m.id for m in endpoint.list_models() if m.model == model.resource_name]
+        created = endpoints.create_endpoint(
+            parent=parent, endpoint=aiplatform_v1.Endpoint(display_name=name)
+        )
+        endpoint = created.result(timeout=OPERATION_TIMEOUT_SECONDS)
+    model, version = _registered(models, parent, name, model_path, settings["image"])
+    versioned = f"{model}@{version}"
+    mine = [d.id for d in endpoint.deployed_models if _of_version(d, model, version)]
+    if mine:  # deployed by a try whose answer was lost: all traffic to it, nothing redeployed
+        deployed_id = mine[-1]
+        _all_traffic_to(endpoints, endpoint, deployed_id)
+    else:
+        deployed_id = _deploy_version(endpoints, endpoint.name, versioned, settings["machine_type"])
+    models.merge_version_aliases(name=versioned, version_aliases=[SERVING_ALIAS])
     return {
-        "endpoint": endpoint.resource_name,
-        "model": model.resource_name,
-        "deployed_model_id": deployed[-1] if deployed else "",
+        "endpoint": endpoint.name,
+        "model": versioned,
+        "deployed_model_id": deployed_id,
+        "machine_type": settings["machine_type"],
     }
+
+
+def undeploy_all_but(ids: dict, keep_ids: set[str], api_endpoint: str = "") -> list[str]:
+    """Undeploys every deployed model of the registry Model in `ids` (a version's
+    ENDPOINT_FILE) from its endpoint except `ids`' own and `keep_ids`; the ids undeployed.
+    Models of other registry Models on the same endpoint are left alone."""
+    project, location = _project_and_location(ids["endpoint"])
+    _, endpoints = _clients(project, location, api_endpoint)
+    model = ids["model"].split("@")[0]
+    resource = endpoints.get_endpoint(name=ids["endpoint"])
+    gone = []
+    for deployed in resource.deployed_models:
+        if deployed.model.split("@")[0] != model:
+            continue
+        if deployed.id == ids["deployed_model_id"] or deployed.id in keep_ids:
+            continue
+        endpoints.undeploy_model(endpoint=ids["endpoint"], deployed_model_id=deployed.id).result(
+            timeout=OPERATION_TIMEOUT_SECONDS
+        )
+        gone.append(deployed.id)
+    return gone
+
+
+def _project_and_location(endpoint_name: str) -> tuple[str, str]:
+    named = re.fullmatch(r"projects/([^/]+)/locations/([^/]+)/endpoints/[^/]+", endpoint_name)
+    if not named:
+        raise EndpointNotMoved(f"{endpoint_name}: not an endpoint resource name")
+    return named.group(1), named.group(2)
 
 
 @contextlib.contextmanager
@@ -85,58 +213,60 @@ def _one_line_errors(endpoint_name: str):
         ) from err
 
 
-def serve_only(endpoint_name: str, deployed_model_id: str, api_endpoint: str = "") -> dict:
-    """Sends all of the endpoint's traffic to `deployed_model_id` (every other deployed model
-    gets none) in one UpdateEndpoint call, the models staying deployed; returns the traffic
-    split it replaced. Raises EndpointNotMoved, with one line, when the call fails or the
-    model is no longer deployed there: the traffic is then as it was."""
-    import google.auth
-    from google.cloud import aiplatform
-
-    named = re.fullmatch(r"projects/([^/]+)/locations/([^/]+)/endpoints/[^/]+", endpoint_name)
-    if not named:
-        raise EndpointNotMoved(f"{endpoint_name}: not an endpoint resource name")
-    project, location = named.groups()
+def serve_version(ids: dict, api_endpoint: str = "") -> tuple[dict, str]:
+    """Sends all of the endpoint's traffic to the deployed model of the version whose
+    ENDPOINT_FILE is `ids` (every other deployed model gets none, and stays deployed), in one
+    UpdateEndpoint call; a version whose deployed model was undeployed since (the lifecycle
+    keeps only --endpoint-keep of them) is deployed again from its registry version first.
+    Returns (the traffic split it replaced, the deployed model id serving now). Raises
+    EndpointNotMoved, with one line, when a call fails: the traffic is then as it was."""
+    endpoint_name = ids["endpoint"]
+    project, location = _project_and_location(endpoint_name)
     with _one_line_errors(endpoint_name):
-        credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
-        aiplatform.init(
-            project=project,
-            location=location,
-            credentials=credentials,
-            api_endpoint=api_endpoint or f"{location}-aiplatform.googleapis.com",
-            api_transport="rest",
-        )
-        endpoint = aiplatform.Endpoint(endpoint_name)
-        resource = endpoint.gca_resource  # one GET of the endpoint
+        models, endpoints = _clients(project, location, api_endpoint)
+        resource = endpoints.get_endpoint(name=endpoint_name)
         before = dict(resource.traffic_split)
-        if deployed_model_id not in {m.id for m in resource.deployed_models}:
-            raise EndpointNotMoved(
-                f"{endpoint_name}: deployed model {deployed_model_id} is no longer deployed "
-                "there; deploy it again or roll back to another version"
-            )
-        endpoint.update(
-            traffic_split={deployed_model_id: 100},
-            update_request_timeout=TRAFFIC_REQUEST_TIMEOUT_SECONDS,
-        )
-    return before
+        deployed_id = ids["deployed_model_id"]
+        if deployed_id in {m.id for m in resource.deployed_models}:
+            _all_traffic_to(endpoints, resource, deployed_id)
+        else:
+            machine_type = ids.get("machine_type") or DEFAULT_MACHINE_TYPE
+            deployed_id = _deploy_version(endpoints, endpoint_name, ids["model"], machine_type)
+        if "@" in ids["model"]:
+            models.merge_version_aliases(name=ids["model"], version_aliases=[SERVING_ALIAS])
+    return before, deployed_id
 
 
 class EndpointExecutor(Executor):
-    def deployed(self, input_dict, exec_properties, folder: str, expected) -> list:
-        base = exec_properties["base_directory"]
-        newest = served_versions.newest_complete_version(base)
-        if expected is not ANY and newest != expected:  # before paying for a deploy
-            raise ServedVersionChanged(expected, newest)
-        # The endpoint gets all traffic at deploy time: the load test comes first (and again
-        # on the staged copy before the serving folder's commit).
-        said = load_test(self.GetModelPath(input_dict))  # LoadTestFailed: nothing deployed
-        logging.info("Load test before deploying: %s", said)
+    def before_commit(self, input_dict, exec_properties, staging: str, version: str) -> None:
+        """Deploys while the push lock is held (a rollback, which takes it too, cannot
+        interleave) and after the staged copy's load test; a deploy that fails commits
+        nothing, and the endpoint's traffic is as it was."""
         settings = json.loads(exec_properties[VERTEX_SERVING_KEY])
         ids = deploy(self.GetModelPath(input_dict), settings)
-        logging.info("Deployed to %s as %s", ids["endpoint"], ids["deployed_model_id"])
-        path = os.path.join(folder, ENDPOINT_FILE)
-        io_utils.write_string_file(path, json.dumps(ids, indent=1))
-        return [(path, ENDPOINT_FILE)]
+        logging.info(
+            "Deployed to %s as %s (%s)", ids["endpoint"], ids["deployed_model_id"], ids["model"]
+        )
+        paths.write_bytes(paths.join(staging, ENDPOINT_FILE), json.dumps(ids, indent=1).encode())
+
+    def after_commit(self, exec_properties, version: str) -> None:
+        """Undeploys the endpoint's deployed models of this registry Model but the version's
+        and those of the `keep` complete versions before it. The version is visible by now:
+        a failure here is a warning, and the next push undeploys what this one left."""
+        settings = json.loads(exec_properties[VERTEX_SERVING_KEY])
+        keep = int(settings.get("keep", DEFAULT_ENDPOINT_KEEP))
+        base = exec_properties[BASE_DIRECTORY_KEY]
+        earlier = [v for v in served_versions.complete_versions(base) if int(v) < int(version)]
+        kept = [served_versions.version_endpoint(base, v) for v in earlier[len(earlier) - keep :]]
+        keep_ids = {ids["deployed_model_id"] for ids in kept if ids}
+        try:
+            ids = served_versions.version_endpoint(base, version)
+            gone = undeploy_all_but(ids, keep_ids, settings.get("api_endpoint", ""))
+        except Exception as err:  # any API or store error: the same warning
+            logging.warning("deployed models not undeployed (the next push tries again): %s", err)
+            return
+        if gone:
+            logging.info("Undeployed %s from %s (--endpoint-keep %d)", gone, ids["endpoint"], keep)
 
 
 class VertexEndpointPusherSpec(AtomicPusherSpec):

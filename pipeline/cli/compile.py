@@ -74,6 +74,7 @@ def _vertex_config(args: argparse.Namespace):
         dataflow_region=args.dataflow_region,
         dataflow_temp_location=args.dataflow_temp_location,
         endpoint=args.endpoint,
+        endpoint_keep=args.endpoint_keep,
         service_account=args.service_account,
         network=args.network,
         tpu_image=args.tpu_image,
@@ -215,6 +216,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--endpoint",
         help="also deploy each pushed version to this Vertex AI endpoint; "
         "<pipeline-root>/serving still records every version",
+    )
+    target_flags.add(
+        parser,
+        "--endpoint-keep",
+        type=int,
+        metavar="N",
+        help="deployed models kept on the endpoint before the served one, for a rollback that "
+        "only moves traffic; older ones are undeployed after each push (default: "
+        f"{target_flags.COMPILE['--endpoint-keep'].default})",
     )
     _add_vertex_worker_args(parser)
     _add_kubeflow_pod_args(parser)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from components.contract import DEFAULT_ENDPOINT_KEEP
 from pipeline.vertex.submit import WAIT_RETRY_SECONDS
 
 VERTEX = "vertex"
@@ -67,6 +68,10 @@ COMPILE = {
         TargetFlag("--dataflow-region", VERTEX, "", _DATAFLOW),
         TargetFlag("--dataflow-temp-location", VERTEX, "", _DATAFLOW),
         TargetFlag("--endpoint", VERTEX, "", "a Kubeflow file cannot deploy to a Vertex endpoint"),
+        TargetFlag(
+            "--endpoint-keep", VERTEX, DEFAULT_ENDPOINT_KEEP,
+            "a Kubeflow file cannot deploy to a Vertex endpoint", needs="--endpoint",
+        ),
         TargetFlag(
             "--service-account", VERTEX, "", "it is the identity of Vertex's training "
             "CustomJob; Kubeflow pods run as their namespace's service account",

@@ -7,7 +7,7 @@ import importlib.resources
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from components.contract import DEFAULT_KEEP_VERSIONS, MIN_KEEP_VERSIONS
+from components.contract import DEFAULT_ENDPOINT_KEEP, DEFAULT_KEEP_VERSIONS, MIN_KEEP_VERSIONS
 from components.reference_images import MAX_CLASS_DROP
 from components.trainer.config import TrainingConfig
 
@@ -44,6 +44,7 @@ class VertexConfig:
     dataflow_region: str = ""  # non-empty: run Beam components on Dataflow
     dataflow_temp_location: str = ""
     endpoint: str = ""  # non-empty: deploy the blessed model to this Vertex endpoint
+    endpoint_keep: int = DEFAULT_ENDPOINT_KEEP  # deployed models kept there before the served one
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from components import stack
+from components.contract import DEFAULT_ENDPOINT_KEEP
 from pipeline.settings.config import (
     PipelineConfig,
     TrainingConfig,
@@ -173,6 +174,7 @@ def vertex_config(
     dataflow_region: str = "",
     dataflow_temp_location: str = "",
     endpoint: str = "",
+    endpoint_keep: int = DEFAULT_ENDPOINT_KEEP,
     source_fingerprint: str = "",
     beam_args: tuple[str, ...] = (),
     service_account: str = "",
@@ -201,6 +203,8 @@ def vertex_config(
     beam_args = _dataflow_args(
         project, dataflow_region, dataflow_temp_location, image, service_account, beam_args
     )
+    if endpoint_keep < 0:
+        raise ValueError(f"--endpoint-keep must be 0 or more, got {endpoint_keep}")
     root = pipeline_root.rstrip("/")
     if training.cpu_replicas:
         raise ValueError("--cpu-replicas splits a local CPU; it has no meaning on Vertex AI")
@@ -227,6 +231,7 @@ def vertex_config(
             dataflow_region=dataflow_region,
             dataflow_temp_location=dataflow_temp_location,
             endpoint=endpoint,
+            endpoint_keep=endpoint_keep,
         ),
         **overrides,
     )
