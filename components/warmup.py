@@ -92,8 +92,7 @@ def write(serve, images: np.ndarray, export_dir: str, model_name: str) -> int:
     except ImportError as err:
         logging.warning("No warmup records written (tensorflow-serving-api missing: %s)", err)
         return 0
-    # One call per record, as TF Serving and the load test replay them.
-    answers = [serve(**{IMAGES_INPUT: tf.constant(b)})[PROBABILITIES_KEY] for b in payloads]
+    answers = _answers_as_served(serve, payloads)
     path = os.path.join(export_dir, WARMUP_FILE)
     tf.io.gfile.makedirs(os.path.dirname(path))
     with tf.io.TFRecordWriter(path) as writer:
@@ -104,6 +103,22 @@ def write(serve, images: np.ndarray, export_dir: str, model_name: str) -> int:
     with tf.io.gfile.GFile(os.path.join(export_dir, ANSWERS_FILE), "wb") as handle:
         handle.write(buffer.getvalue())
     return sum(len(batch) for batch in payloads)
+
+
+def _answers_as_served(serve, payloads: list[list[bytes]]) -> list:
+    """`serve`'s answers, one call per record as TF Serving and the load test replay them,
+    computed as a CPU server computes them: on the CPU with TF32 off. A Trainer on a GPU
+    would otherwise keep TF32 matmul results (10-bit mantissas), which a CPU replay misses
+    by more than the load test's tolerance through arithmetic alone."""
+    import tensorflow as tf
+
+    tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    try:
+        with tf.device("/CPU:0"):
+            return [serve(**{IMAGES_INPUT: tf.constant(b)})[PROBABILITIES_KEY] for b in payloads]
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(tf32)
 
 
 def read_answers(version_dir: str) -> np.ndarray:

@@ -246,3 +246,49 @@ def test_a_version_that_fails_its_load_test_is_never_deployed_to_an_endpoint(
         push_to_endpoint(tmp_path, bad, base, load_tested=True)
     assert deploys == []
     assert not base.exists() or _versions(base) == []
+
+
+def test_the_kept_answers_are_computed_as_a_cpu_server_computes_them(tmp_path):
+    """A model trained on a GPU exports from a process whose matmuls run in TF32 there (10-bit
+    mantissas): answers kept that way differ from a CPU server's by more than the tolerance
+    through arithmetic alone. They are computed on the CPU, TF32 off."""
+    module = export.export_serving_model(_network(3), str(tmp_path / "m"))
+    seen = []
+    serve = module.serve_images
+
+    def spy(**inputs):
+        answer = serve(**inputs)
+        tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+        seen.append((tf32, answer["probabilities"].device))
+        return answer
+
+    assert tf.config.experimental.tensor_float_32_execution_enabled()  # TF's default
+    warmup.write(spy, _images(), str(tmp_path / "m"), "cifar10")
+    assert seen and all(not tf32 and device.endswith("CPU:0") for tf32, device in seen), seen
+    assert tf.config.experimental.tensor_float_32_execution_enabled()  # restored
+
+
+def test_a_mixed_precision_network_passes_and_a_changed_one_fails(tmp_path):
+    """A network trained in bf16 (mixed_bfloat16, as the Trainer runs on a bf16 CPU) is
+    exported as the Trainer exports it, a float32 copy, and passes the load test; the same
+    version with its last layer's weights changed by 1% fails."""
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        trained = _network(4)
+        assert trained.layers[-1].compute_dtype == "bfloat16"
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    network = export.float32_copy(trained, lambda: _network(4))
+    folder = tmp_path / "bf16"
+    module = export.export_serving_model(network, str(folder))
+    export.write_warmup_requests(module, _images(), str(folder), "cifar10")
+    said = load_test.load_test(str(folder))
+    assert said.startswith(PASSED), said
+    kernel = network.layers[-1].kernel
+    kernel.assign(kernel * 1.01)
+    changed = tmp_path / "changed"
+    export.export_serving_model(network, str(changed))
+    shutil.copytree(folder / "assets.extra", changed / "assets.extra")
+    with pytest.raises(pusher.LoadTestFailed, match="a probability differs by"):
+        load_test.load_test(str(changed))
