@@ -1,5 +1,5 @@
 """`cifar10-pipeline status`: is the served model fresh and fine (exit 0), too old or of
-unknown age (7), or did the last night go red (8)?"""
+unknown age, or a rollback of it unfinished (7), or did the last night go red (8)?"""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="the served version, its age, spans and accuracy, and the last night's outcome",
         description="Exit status 0: fine; 7: nothing served, the served version is older "
         "than --max-age, or it is dated more than "
-        f"{CLOCK_SKEW_SECONDS:.0f} s ahead of this host's clock (its age is unknown); 8: the "
+        f"{CLOCK_SKEW_SECONDS:.0f} s ahead of this host's clock (its age is unknown), or a "
+        "rollback did not finish (run it again); 8: the "
         f"last night's outcome was red ({', '.join(RED_OUTCOMES)}). For cron and monitoring "
         "probes.",
     )

@@ -33,6 +33,10 @@ class Status:
     eval_accuracy: float | None
     rolled_back: list[str]
     last_night: dict[str, Any] | None
+    # Versions still in the serving folder that have a rollback record: a rollback was
+    # stopped between writing its record and moving them out (the same `rollback` again
+    # finishes it).
+    unfinished_rollback: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def last_night_red(self) -> bool:
@@ -46,8 +50,8 @@ class Status:
 
     def stale(self, max_age: float | None) -> bool:
         """Nothing served, the served version is older than `max_age` seconds, or its age
-        is unknown (dated ahead of this host's clock)."""
-        if self.age_seconds is None or self.dated_ahead:
+        is unknown (dated ahead of this host's clock), or a rollback of it did not finish."""
+        if self.age_seconds is None or self.dated_ahead or self.unfinished_rollback:
             return True
         return max_age is not None and self.age_seconds > max_age
 
@@ -76,11 +80,12 @@ def _pushed_accuracy(serving_model_dir: str, version: str) -> float | None:
 
 
 def read(serving_model_dir: str, now: float | None = None) -> Status:
-    from components.served_versions import read_served_state
+    from components.served_versions import complete_versions, read_served_state
 
     state = read_served_state(serving_model_dir)
     now = time.time() if now is None else now
     served = state.version
+    unfinished = [v for v in complete_versions(serving_model_dir) if v in state.rolled_back]
     return Status(
         serving_model_dir=serving_model_dir,
         served=served,
@@ -89,6 +94,7 @@ def read(serving_model_dir: str, now: float | None = None) -> Status:
         eval_accuracy=_pushed_accuracy(serving_model_dir, served) if served else None,
         rolled_back=list(state.rolled_back),
         last_night=nights.latest(serving_model_dir),
+        unfinished_rollback=unfinished,
     )
 
 
@@ -117,11 +123,17 @@ def render(status: Status, max_age: float | None = None) -> str:
         + (f" at {night['time']}" if night.get("time") else "")
         + (f" (step {night['failed_step']})" if night.get("failed_step") else ""),
     ]
+    if status.unfinished_rollback:
+        versions = ", ".join(status.unfinished_rollback)
+        lines.append(
+            f"ROLLBACK        version {versions} has a rollback record but is still in the "
+            "serving folder: the rollback did not finish; run the same `rollback` again"
+        )
     if status.served is None:
         lines.append("STALE           nothing is served")
     elif status.dated_ahead:
         lines.append(f"FUTURE          {nights.clock_fault(status.served, -status.age_seconds)}")
-    elif status.stale(max_age):
+    elif status.stale(max_age) and not status.unfinished_rollback:
         lines.append(f"STALE           the served version is older than {_age(max_age)}")
     if status.last_night_red:
         lines.append(f"RED             the last night ended {night['outcome']}")
