@@ -202,6 +202,21 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         type=int,
         help="optional check: the TPU's cores (v2/v3) or chips (v5e)",
     )
+    _add_vertex_step_args(parser)
+    _add_vertex_worker_args(parser)
+    _add_kubeflow_pod_args(parser)
+    parser.add_argument(
+        "--output", default="pipeline.yaml", help="file to write (default: %(default)s)"
+    )
+    _add_cloud_args(parser)
+    add_training_args(parser)
+    add_gate_args(parser)
+    add_serving_args(parser)
+    parser.set_defaults(func=cmd_compile)
+
+
+def _add_vertex_step_args(parser: argparse.ArgumentParser) -> None:
+    """Where Vertex runs the Beam steps and where its Pusher also deploys."""
     target_flags.add(
         parser, "--dataflow-region", help="run the Beam steps on Dataflow in this region"
     )
@@ -226,16 +241,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "only moves traffic; older ones are undeployed after each push (default: "
         f"{target_flags.COMPILE['--endpoint-keep'].default})",
     )
-    _add_vertex_worker_args(parser)
-    _add_kubeflow_pod_args(parser)
-    parser.add_argument(
-        "--output", default="pipeline.yaml", help="file to write (default: %(default)s)"
-    )
-    _add_cloud_args(parser)
-    add_training_args(parser)
-    add_gate_args(parser)
-    add_serving_args(parser)
-    parser.set_defaults(func=cmd_compile)
 
 
 def _add_vertex_worker_args(parser: argparse.ArgumentParser) -> None:
