@@ -98,21 +98,30 @@ def _window(text: str) -> int:
     return _at_least_1(text)
 
 
-def _no_new_span(output_dir: Path, err: Exception, started: float) -> int:
-    """Nothing new to train: one line, a run summary that says so, exit status 0."""
+def _no_new_span(output_dir: Path, err: Exception, started: float, night: dict) -> int:
+    """Nothing new to train: one line, a run summary that says so, exit status 0. The summary
+    is written under the run lock, as a run's is: beside a run that holds the folder, this
+    night is `busy` and leaves that run's summary alone."""
+    from pipeline.local import runner as local_runner
     from pipeline.local.summary import RunSummary
 
+    try:
+        with local_runner.exclusive_output_dir(output_dir):
+            RunSummary(
+                run_id="",
+                record_counts={},
+                stage_seconds={},
+                stage_states={},
+                artifacts={},
+                total_seconds=round(time.time() - started, 1),
+                outcome="no_new_span",
+                failed=None,
+            ).write(output_dir)
+    except local_runner.RunLockedError as locked:
+        return _refused(night, str(locked), exit_status.BUSY)
+    except local_runner.OutputDirError as bad:
+        return _refused(night, str(bad), exit_status.BAD_INPUT)
     print(str(err))
-    RunSummary(
-        run_id="",
-        record_counts={},
-        stage_seconds={},
-        stage_states={},
-        artifacts={},
-        total_seconds=round(time.time() - started, 1),
-        outcome="no_new_span",
-        failed=None,
-    ).write(output_dir)
     return exit_status.OK
 
 
@@ -220,7 +229,7 @@ def _run(args: argparse.Namespace, output_dir: Path, night: dict) -> int:
     try:
         config, choice = _prepared(args, output_dir)
     except NoNewSpan as err:
-        return _no_new_span(output_dir, err, checking)
+        return _no_new_span(output_dir, err, checking, night)
     except (ValueError, data_source.DataSourceError) as err:
         return _refused(night, str(err), exit_status.BAD_INPUT)
     named = "" if choice.numbers == [0] else f", spans {choice.numbers}"
