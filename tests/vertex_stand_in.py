@@ -16,7 +16,7 @@ import contextlib
 import json
 import re
 import threading
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import http_stand_in
 
@@ -67,7 +67,8 @@ class _Handler(http_stand_in.JsonHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length)) if length else None
         url = urlsplit(self.path)
-        path, query = url.path.removeprefix("/v1/"), parse_qs(url.query)
+        # Newer google-api-core percent-encodes a path's "@" (models/1001%401); Vertex decodes it.
+        path, query = unquote(url.path).removeprefix("/v1/"), parse_qs(url.query)
         verb = path.rsplit(":", 1)[1] if ":" in path else method
         with state.lock:
             state.requests.append((method, path, query, body))
