@@ -11,7 +11,7 @@ midway leaves a numbered folder without saved_model.pb, which the next push remo
 
 A version deployed to a Vertex AI endpoint (`compile --endpoint`, ENDPOINT_FILE beside it) is
 rolled back on the endpoint too, first: all its traffic goes to the deployed model of the
-version served after, in one call (vertex_endpoint.serve_version), before any folder moves,
+version served after, in one call (endpoint_api.serve_version), before any folder moves,
 so a refused call leaves the endpoint and the folder as they were; a version whose deployed
 model the lifecycle undeployed is deployed again from its registry version (its
 ENDPOINT_FILE then names the new one). The rolled-back deployed models keep no traffic, and
@@ -27,6 +27,7 @@ import os
 import socket
 
 from components import object_store, paths, served_versions
+from components.atomic_pusher import endpoint_api
 from components.atomic_pusher.lock import push_lock
 from components.contract import ENDPOINT_FILE, SAVED_MODEL_FILE
 from components.paths import remove_tree
@@ -34,11 +35,6 @@ from components.paths import remove_tree
 
 class RollbackError(ValueError):
     """The rollback cannot be done; nothing was changed. The message says why."""
-
-
-class EndpointNotMoved(RuntimeError):
-    """The endpoint's traffic could not be moved (the Vertex AI call failed or was refused);
-    nothing was rolled back. The message is one line naming the endpoint."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,9 +138,7 @@ def _endpoint_plan(serving_model_dir: str, away: list[str], served: str) -> Endp
 def _move_traffic(plan: EndpointPlan, api_endpoint: str) -> dict:
     """Sends the endpoint's traffic to the served version's deployed model; the ids it changed,
     for the rollback record."""
-    from components.atomic_pusher import vertex_endpoint  # aiplatform: seconds to import
-
-    before, serving = vertex_endpoint.serve_version(plan.served_ids, api_endpoint)
+    before, serving = endpoint_api.serve_version(plan.served_ids, api_endpoint)
     if serving != plan.served_id:  # deployed again: the version records its new deployment
         paths.write_bytes(
             paths.join(plan.served_dir, ENDPOINT_FILE),
