@@ -4,69 +4,27 @@ model of the version served after, before any folder moves, through the real aip
 over HTTP to a local stand-in for the Vertex endpoint API; a refused call changes nothing."""
 
 import json
-import threading
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from components import served_versions
 from pipeline import cli
 
-import http_stand_in
+import vertex_stand_in
 from cifar_fixtures import served_version as _serve
 
 ENDPOINT = "projects/proj-x/locations/us-central1/endpoints/777"
 MODELS = {"100": "1100", "200": "1200", "300": "1300"}  # version -> deployed model id
 
 
-class _FakeEndpoints(http_stand_in.JsonHandler):
-    """Vertex's endpoint API: GET of an endpoint, PATCH of its traffic split (UpdateEndpoint,
-    answered with the endpoint, as Vertex does: no long-running operation). Every request is
-    kept (method, path, query, body); `fault` is an HTTP status the PATCH gets instead."""
-
-    endpoint: dict = {}
-    requests: list = []
-    fault = 0
-
-    def _known(self) -> bool:
-        """Keeps the request; answers 404 for anything but the endpoint."""
-        length = int(self.headers.get("Content-Length") or 0)
-        self.body = json.loads(self.rfile.read(length)) if length else None
-        url = urlsplit(self.path)
-        _FakeEndpoints.requests.append((self.command, url.path, parse_qs(url.query), self.body))
-        known = url.path.split(":")[0] == f"/v1/{ENDPOINT}"
-        if not known:
-            self.reply({"error": {"code": 404, "message": f"{url.path} not found"}}, 404)
-        return known
-
-    def do_GET(self):
-        if self._known():
-            self.reply(_FakeEndpoints.endpoint)
-
-    def do_POST(self):  # DeployModel: refused
-        if self._known():
-            self.reply({"error": {"code": 403, "message": "no deploys here"}}, 403)
-
-    def do_PATCH(self):
-        if not self._known():
-            return
-        if _FakeEndpoints.fault:
-            status = _FakeEndpoints.fault
-            self.reply({"error": {"code": status, "message": f"injected {status}"}}, status)
-            return
-        _FakeEndpoints.endpoint["trafficSplit"] = self.body["trafficSplit"]
-        self.reply(_FakeEndpoints.endpoint)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
-def fake_endpoints(monkeypatch):
+def vertex(monkeypatch):
+    """The stand-in (tests/vertex_stand_in.py) with ENDPOINT holding the three versions'
+    deployed models, all traffic on version 300's."""
     from google.auth.credentials import AnonymousCredentials
 
-    _FakeEndpoints.requests, _FakeEndpoints.fault = [], 0
-    _FakeEndpoints.endpoint = {
+    state = vertex_stand_in.VertexState()
+    state.endpoints[ENDPOINT] = {
         "name": ENDPOINT,
         "displayName": "cifar10-endpoint",
         "createTime": "2024-01-01T00:00:00Z",
@@ -77,8 +35,9 @@ def fake_endpoints(monkeypatch):
         "trafficSplit": {MODELS["300"]: 100},
     }
     monkeypatch.setattr("google.auth.default", lambda *a, **k: (AnonymousCredentials(), "proj-x"))
-    with http_stand_in.serve(_FakeEndpoints, release=threading.Event()) as url:
-        yield url
+    with vertex_stand_in.serve(state) as url:
+        state.url = url
+        yield state
 
 
 def _deployed(base, version):
@@ -109,11 +68,11 @@ def _rollback(base, url, *flags):
 
 
 def test_the_endpoint_traffic_goes_back_to_the_served_version_before_the_folder_moves(
-    serving, fake_endpoints, capsys
+    serving, vertex, capsys
 ):
-    assert _rollback(serving, fake_endpoints) == 0
-    (get, *_), (method, path, query, body) = _FakeEndpoints.requests  # read, then one change
-    assert get == "GET" and method == "PATCH" and path == f"/v1/{ENDPOINT}"
+    assert _rollback(serving, vertex.url) == 0
+    (get, *_), (method, path, query, body) = vertex.requests  # read, then one change
+    assert get == "GET" and method == "PATCH" and path == ENDPOINT
     assert query["updateMask"] == ["trafficSplit"]
     assert body["trafficSplit"] == {MODELS["200"]: 100}  # the others: none
     assert len(body["deployedModels"]) == 3  # none undeployed
@@ -129,47 +88,46 @@ def test_the_endpoint_traffic_goes_back_to_the_served_version_before_the_folder_
     assert f"endpoint      {ENDPOINT}: all traffic to deployed model {MODELS['200']}" in out
 
 
-def test_rollback_to_an_older_version_names_every_rolled_back_deployed_model(
-    serving, fake_endpoints
-):
-    assert _rollback(serving, fake_endpoints, "--to", "100") == 0
-    assert _FakeEndpoints.requests[-1][3]["trafficSplit"] == {MODELS["100"]: 100}
+def test_rollback_to_an_older_version_names_every_rolled_back_deployed_model(serving, vertex):
+    assert _rollback(serving, vertex.url, "--to", "100") == 0
+    assert vertex.requests[-1][3]["trafficSplit"] == {MODELS["100"]: 100}
     record = served_versions.rolled_back(str(serving))["200"]["endpoint"]
     assert record["rolled_back_deployed_model_ids"] == [MODELS["300"], MODELS["200"]]
 
 
 @pytest.mark.parametrize("status, words", [(500, "500 injected 500"), (403, "403 injected 403")])
 def test_a_refused_traffic_change_is_one_line_and_changes_nothing(
-    serving, fake_endpoints, capsys, status, words
+    serving, vertex, capsys, status, words
 ):
-    _FakeEndpoints.fault = status
+    vertex.faults["PATCH"] = status
     before = _listing(serving)
-    assert _rollback(serving, fake_endpoints) == 1
+    assert _rollback(serving, vertex.url) == 1
     err = capsys.readouterr().err
     assert err == f"error: {ENDPOINT}: Vertex AI refused the traffic change: {words}\n"
-    assert [r[0] for r in _FakeEndpoints.requests] == ["GET", "PATCH"]  # the change was asked
+    assert [r[0] for r in vertex.requests] == ["GET", "PATCH"]  # the change was asked
     assert _listing(serving) == before  # nothing set aside, no record
-    assert _FakeEndpoints.endpoint["trafficSplit"] == {MODELS["300"]: 100}
+    assert vertex.traffic(ENDPOINT) == {MODELS["300"]: 100}
 
 
 def test_a_served_model_no_longer_deployed_whose_redeploy_is_refused_changes_nothing(
-    serving, fake_endpoints, capsys
+    serving, vertex, capsys
 ):
     """The lifecycle undeployed version 200's model; the rollback deploys it again
     (tests/test_endpoint_lifecycle.py), here refused: one line, nothing moved."""
-    _FakeEndpoints.endpoint["deployedModels"].pop(1)  # version 200's
-    before = _listing(serving), dict(_FakeEndpoints.endpoint["trafficSplit"])
-    assert _rollback(serving, fake_endpoints) == 1
+    vertex.endpoints[ENDPOINT]["deployedModels"].pop(1)  # version 200's
+    vertex.faults["deployModel"] = 403
+    before = _listing(serving), vertex.traffic(ENDPOINT)
+    assert _rollback(serving, vertex.url) == 1
     err = capsys.readouterr().err
-    assert f"{ENDPOINT}: Vertex AI refused the traffic change: 403 no deploys here" in err
+    assert f"{ENDPOINT}: Vertex AI refused the traffic change: 403 injected 403" in err
     assert len(err.strip().splitlines()) == 1
-    assert (_listing(serving), _FakeEndpoints.endpoint["trafficSplit"]) == before
-    [get, post] = _FakeEndpoints.requests
-    assert get[0] == "GET" and post[:2] == ("POST", f"/v1/{ENDPOINT}:deployModel")
+    assert (_listing(serving), vertex.traffic(ENDPOINT)) == before
+    [get, post] = vertex.requests
+    assert get[0] == "GET" and post[:2] == ("POST", f"{ENDPOINT}:deployModel")
     assert post[3]["deployedModel"]["model"].endswith("/models/200")
 
 
-def test_versions_without_an_endpoint_make_no_vertex_call(tmp_path, fake_endpoints, monkeypatch):
+def test_versions_without_an_endpoint_make_no_vertex_call(tmp_path, vertex, monkeypatch):
     def no_credentials(*args, **kwargs):
         raise AssertionError("a Vertex call for versions that were never deployed")
 
@@ -177,32 +135,32 @@ def test_versions_without_an_endpoint_make_no_vertex_call(tmp_path, fake_endpoin
     base = tmp_path / "serving"
     for version in ("100", "200"):
         _serve(base, version)
-    assert _rollback(base, fake_endpoints) == 0
+    assert _rollback(base, vertex.url) == 0
     assert served_versions.complete_versions(str(base)) == ["100"]
-    assert _FakeEndpoints.requests == []
+    assert vertex.requests == []
     assert "endpoint" not in served_versions.rolled_back(str(base))["200"]
 
 
-def test_rolling_back_to_a_version_never_deployed_is_refused(tmp_path, fake_endpoints, capsys):
+def test_rolling_back_to_a_version_never_deployed_is_refused(tmp_path, vertex, capsys):
     base = tmp_path / "serving"
     _serve(base, "100")  # pushed before the pipeline deployed to an endpoint
     _deployed(base, "200")
     before = _listing(base)
-    assert _rollback(base, fake_endpoints) == 2
+    assert _rollback(base, vertex.url) == 2
     err = capsys.readouterr().err
     assert f"version 200 was deployed to endpoint {ENDPOINT}, but version 100 records no " in err
     assert "the endpoint would serve nothing the folder names" in err
     assert len(err.strip().splitlines()) == 1 and _listing(base) == before
-    assert _FakeEndpoints.requests == []
+    assert vertex.requests == []
 
 
-def test_versions_on_two_endpoints_are_refused(serving, fake_endpoints, capsys):
+def test_versions_on_two_endpoints_are_refused(serving, vertex, capsys):
     other = ENDPOINT.replace("/777", "/888")
     ids = json.loads((serving / "300" / "endpoint.json").read_text())
     (serving / "300" / "endpoint.json").write_text(json.dumps({**ids, "endpoint": other}))
     before = _listing(serving)
-    assert _rollback(serving, fake_endpoints) == 2
+    assert _rollback(serving, vertex.url) == 2
     err = capsys.readouterr().err
     assert f"version 300 was deployed to endpoint {other}, version 200 to {ENDPOINT}" in err
     assert len(err.strip().splitlines()) == 1 and _listing(serving) == before
-    assert _FakeEndpoints.requests == []
+    assert vertex.requests == []
