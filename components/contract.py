@@ -158,3 +158,13 @@ DEFAULT_KEEP_VERSIONS = 10
 # --endpoint-keep`): a rollback to them moves traffic only; older ones are undeployed.
 DEFAULT_ENDPOINT_KEEP = 1
 MIN_KEEP_VERSIONS = 2
+# What every night adds to a serving folder is bounded (docs/operations.md, "What is kept"):
+# the newest night messages in .nights/ (the night that pushed a version still in the folder
+# is kept too: `status` reads its accuracy there); a running night's facts folder untouched
+# this long (its run died before its exit handler) is removed; rolled-back versions keep
+# their files for the newest few, their records (who, why, their spans) always; a run
+# folder keeps its newest `run` logs.
+NIGHTS_KEPT = 30
+STALE_NIGHT_SECONDS = 7 * 86400.0
+ROLLED_BACK_WHOLE = 2
+RUN_LOGS_KEPT = 30

@@ -10,9 +10,11 @@ then removes the folder."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from components import paths
+from components.contract import STALE_NIGHT_SECONDS
 
 # The serving folder's record of nights (`status` reads it), and the running nights' facts.
 NIGHTS_DIR = ".nights"
@@ -71,3 +73,23 @@ def read_all(facts_dir: str) -> dict[str, dict[str, Any]]:
             except ValueError:
                 continue
     return found
+
+
+def remove_stale(serving_model_dir: str, now: float | None = None) -> list[str]:
+    """Removes the facts folders of nights whose run died before its exit handler: those in
+    which nothing changed for STALE_NIGHT_SECONDS (a night still running writes its facts as
+    it goes, and a run lasts hours, not days). Returns the night keys removed."""
+    base = paths.join(serving_model_dir, NIGHTS_DIR, RUNNING_DIR)
+    now = time.time() if now is None else now
+    removed = []
+    for key in paths.listdir(base):
+        folder = paths.join(base, key)
+        try:
+            changed = max((paths.modified(f) for f in paths.walk(folder)), default=0.0)
+        except Exception as err:  # an unreadable folder is not known to be stale: kept
+            print(f"warning: {folder}: not checked for staleness: {err}")
+            continue
+        if now - changed > STALE_NIGHT_SECONDS:
+            paths.remove_tree(folder)
+            removed.append(key)
+    return removed

@@ -48,6 +48,22 @@ def walk(root: str) -> list[str]:
     return sorted(os.path.join(d, n) for d, _, names in os.walk(root) for n in names)
 
 
+def remove(path: str) -> None:
+    """A file or object (nothing when there is none)."""
+    if is_remote(path):
+        if exists(path):
+            _gfile(path).remove(path)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def modified(path: str) -> float:
+    """When a file or object last changed, in seconds since the epoch."""
+    if is_remote(path):
+        return _gfile(path).stat(path).mtime_nsec / 1e9
+    return os.stat(path).st_mtime
+
+
 def open_binary(path: str):
     return _gfile(path).GFile(path, "rb") if is_remote(path) else open(path, "rb")
 

@@ -115,7 +115,9 @@ def _highest_version(base_directory: str) -> int:
     """The highest numbered folder, rolled-back ones included (0 when none): the push lock's
     holder numbers past it, so no number is ever used twice."""
     aside = served_versions.join(base_directory, served_versions.ROLLED_BACK_DIR)
-    names = served_versions.listdir(base_directory) + served_versions.listdir(aside)
+    names = served_versions.listdir(base_directory) + [
+        n.removesuffix(".json") for n in served_versions.listdir(aside)
+    ]  # a rolled-back version's record outlives its files (retention.prune_rolled_back)
     return max((int(n) for n in names if n.isdigit()), default=0)
 
 
@@ -207,7 +209,7 @@ def publish_version(
     complete and the oldest are pruned.
 
     Returns (path, version, is_new); is_new is False when that model is already served.
-    After a new version, the oldest beyond `keep_versions` go (retention.prune; 0: none).
+    After a new version, the oldest beyond `keep_versions` go (retention.bound; 0: none).
     """
     fileio.makedirs(base_directory)
     clear_dead_staging(base_directory)
@@ -229,9 +231,7 @@ def publish_version(
             if before_commit is not None:
                 before_commit(staging, version)
             _commit(held, staging, final, version)
-            removed = retention.prune(base_directory, keep_versions)
-            if removed:
-                logging.info("Removed versions %s (--keep-versions %d)", removed, keep_versions)
+            retention.bound(base_directory, keep_versions)
             if after_commit is not None:
                 after_commit(version)
             return final, version, True

@@ -16,7 +16,8 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from components.night_facts import NIGHTS_DIR
+from components.contract import NIGHTS_KEPT
+from components.night_facts import NIGHTS_DIR, remove_stale
 
 NOTIFY_VARIABLE = "CIFAR10_NOTIFY_URL"
 LATEST_FILE = "latest.json"
@@ -125,8 +126,9 @@ def deliver(url: str, night: dict[str, Any], budget: float = DELIVERY_SECONDS) -
 
 def record(serving_model_dir: str, night: dict[str, Any]) -> str:
     """Keeps the message in the serving folder (`.nights/<time>.json` and `latest.json`,
-    which `status` reads; an outcome in ON_THEIR_OWN only the first); returns the path of
-    the record `status` would read, or of the night's own one."""
+    which `status` reads; an outcome in ON_THEIR_OWN only the first), then bounds the folder
+    (`prune`, night_facts.remove_stale); returns the path of the record `status` would read,
+    or of the night's own one."""
     from components import paths
 
     folder = paths.join(serving_model_dir, NIGHTS_DIR)
@@ -136,7 +138,42 @@ def record(serving_model_dir: str, night: dict[str, Any]) -> str:
     names = [f"{stamp}.json"] + ([] if night["outcome"] in ON_THEIR_OWN else [LATEST_FILE])
     for name in names:
         paths.write_bytes(paths.join(folder, name), text)
+    try:
+        prune(serving_model_dir)
+        remove_stale(serving_model_dir)
+    except Exception as err:  # the night is recorded; the next night prunes again
+        print(f"warning: old night records were not removed: {err}")
     return paths.join(folder, names[-1])
+
+
+def prune(serving_model_dir: str, keep: int = NIGHTS_KEPT) -> list[str]:
+    """Removes the night records beyond the newest `keep`, except the night that pushed a
+    version still complete in the serving folder (`status` reads its accuracy); returns the
+    names removed, oldest first."""
+    from components import paths
+    from components.served_versions import complete_versions
+
+    folder = paths.join(serving_model_dir, NIGHTS_DIR)
+    names = [n for n in paths.listdir(folder) if n.endswith(".json") and n != LATEST_FILE]
+    old = names[: max(len(names) - keep, 0)]
+    served = set(complete_versions(serving_model_dir)) if old else set()
+    removed = []
+    for name in old:
+        path = paths.join(folder, name)
+        if name.endswith("-pushed.json") and _pushed(path) in served:
+            continue
+        paths.remove(path)
+        removed.append(name)
+    return removed
+
+
+def _pushed(path: str) -> str | None:
+    from components import paths
+
+    try:
+        return paths.read_json(path).get("served_after")
+    except paths.DamagedRecord:
+        return None
 
 
 def latest(serving_model_dir: str) -> dict[str, Any] | None:

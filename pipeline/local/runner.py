@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from components.contract import RUN_LOGS_KEPT
 from components.progress import PROGRESS_LOGGER
 from pipeline.common import library_log
 from pipeline.local.summary import RunSummary
@@ -192,12 +193,23 @@ def served_read_key(config: PipelineConfig) -> str:
     return read_served_state(config.serving_model_dir).read_key()
 
 
+def prune_logs(folder: Path, keep: int = RUN_LOGS_KEPT) -> list[Path]:
+    """Removes the oldest run logs so that, with the one a run is about to write, `keep`
+    remain; returns those removed."""
+    logs = sorted(folder.glob("run-*.log"))  # named by the second each run started
+    old = logs[: max(len(logs) - keep + 1, 0)]
+    for path in old:
+        path.unlink(missing_ok=True)
+    return old
+
+
 def run(config: PipelineConfig, output_dir: Path) -> RunSummary:
     """Runs the pipeline and returns (and writes) the run summary."""
     started = time.time()
     if not config.served_read_key:
         config = dataclasses.replace(config, served_read_key=served_read_key(config))
     log_path = output_dir / "logs" / f"run-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    prune_logs(log_path.parent)
     print(f"Full logs: {log_path}", file=sys.stderr)
     failure: BaseException | None = None
     with _logs_to_file(log_path):
