@@ -22,6 +22,7 @@ REPO_ROOT = str(Path(__file__).resolve().parents[1])
 
 
 @pytest.mark.s3_store
+@pytest.mark.integration  # minutes: a store's round trips, 60 nights of them
 def test_sixty_nights_on_s3_stay_bounded(tmp_path):
     with seaweed.running(tmp_path / "seaweedfs") as server, http_stand_in.webhook() as (hook, url):
         env = {**os.environ, **server.env(), NOTIFY_VARIABLE: url}
@@ -32,6 +33,7 @@ def test_sixty_nights_on_s3_stay_bounded(tmp_path):
 
 
 @pytest.mark.gcs_store
+@pytest.mark.integration
 def test_sixty_nights_on_gs_stay_bounded(tmp_path):
     reason = gcs_namespace.unusable()
     if reason:
