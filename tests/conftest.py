@@ -24,10 +24,10 @@ import cifar_fixtures as fx
 # (test_precision_paths.py).
 FAST_TRAINING = ["--epochs", "3", "--per-replica-batch-size", "64", "--precision", "float32"]
 PIPELINE_NODES = contract.PIPELINE_NODES  # tests import it from here
-# Session fixtures that run the pipeline or train: `make test` runs two pytest-xdist workers
-# with --dist loadgroup, and every test using one of these goes to the same worker, so each
-# is built once.
-SHARED_RUN_FIXTURES = ("first_run", "scenario", "trained", "bf16_run")
+# Session and module fixtures that run the pipeline or train: `make test` and the targets of
+# their own run two pytest-xdist workers with --dist loadgroup, and every test using one of
+# these goes to the same worker, so each is built once.
+SHARED_RUN_FIXTURES = ("first_run", "scenario", "trained", "bf16_run", "kubeflow_push")
 
 
 # tryfirst: pytest-xdist reads the groups in its own pytest_collection_modifyitems, which

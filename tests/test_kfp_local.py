@@ -372,7 +372,6 @@ def kubeflow_push(kubeflow_file, tiny_archive, tmp_path_factory):
 
 @pytest.mark.integration
 @pytest.mark.kfp_local_run
-@pytest.mark.xdist_group("kfp_local")
 def test_the_kubeflow_file_runs_end_to_end_and_pushes(kubeflow_push):
     done, out, _ = kubeflow_push
     assert done.returncode == 0, done.stderr[-4000:]
@@ -389,7 +388,6 @@ def test_the_kubeflow_file_runs_end_to_end_and_pushes(kubeflow_push):
 
 @pytest.mark.integration
 @pytest.mark.kfp_local_run
-@pytest.mark.xdist_group("kfp_local")
 def test_the_next_run_reads_the_pushed_statistics_back(
     kubeflow_file, kubeflow_push, tiny_archive, tmp_path
 ):
@@ -415,7 +413,6 @@ def test_the_next_run_reads_the_pushed_statistics_back(
 
 @pytest.mark.integration
 @pytest.mark.kfp_local_run
-@pytest.mark.xdist_group("kfp_local")
 def test_the_vertex_file_runs_up_to_training(tmp_path):
     """A Vertex file compiled for a folder of images in a bucket: every step before
     training runs on the local folder mapped in its place."""
@@ -436,7 +433,6 @@ def test_the_vertex_file_runs_up_to_training(tmp_path):
 
 @pytest.mark.integration
 @pytest.mark.kfp_local_run
-@pytest.mark.xdist_group("kfp_local")
 def test_the_same_file_runs_nightly_over_a_span_folder(kubeflow_file, kubeflow_push, tmp_path):
     """Run 1 (span-1) pushed; span-2 arrives and run 2 warm-starts from the served model and
     pushes a second version; run 3 finds no new span and trains and pushes nothing."""
@@ -474,7 +470,6 @@ def test_the_same_file_runs_nightly_over_a_span_folder(kubeflow_file, kubeflow_p
 
 @pytest.mark.integration
 @pytest.mark.kfp_local_run
-@pytest.mark.xdist_group("kfp_local")
 def test_the_vertex_file_on_a_night_with_nothing_new_succeeds(kubeflow_push, tmp_path):
     """The Vertex file's night 3, with a served version already in place under its pipeline
     root: the steps that run here succeed, the ExampleGen marks the night, and the run ends
@@ -493,7 +488,6 @@ def test_the_vertex_file_on_a_night_with_nothing_new_succeeds(kubeflow_push, tmp
 
 @pytest.mark.integration
 @pytest.mark.kfp_local_run
-@pytest.mark.xdist_group("kfp_local")
 def test_two_nights_at_once_on_one_store_end_pushed_and_served_changed(
     kubeflow_file, tiny_archive, tmp_path
 ):

@@ -35,7 +35,6 @@ class _Hook(BaseHTTPRequestHandler):
 
 @pytest.mark.integration
 @pytest.mark.kfp_local_run
-@pytest.mark.xdist_group("kfp_local")
 def test_each_night_of_the_kubeflow_file_delivers_one_message(tiny_archive, tmp_path, monkeypatch):
     hook = type("Hook", (_Hook,), {"received": []})
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
