@@ -113,20 +113,18 @@ def test_killed_during_ingest_then_rerun_completes(tiny_archive, tmp_path):
     assert_every_version_loads(tmp_path)
 
 
-@pytest.mark.parametrize(
-    "module, function, match",
-    [
-        # Once the model is fully copied to staging, before any file moves into place.
-        ("components.atomic_pusher.executor", "copy_to_staging", ""),
-        # Inside the move: the first staged file has moved into the version folder, the
-        # rest (saved_model.pb among them, always last) have not.
-        ("tfx.dsl.io.fileio", "rename", STAGING_PREFIX),
-    ],
-    ids=["before-the-move", "inside-the-move"],
-)
-def test_killed_during_push_leaves_no_partial_version(
-    tiny_archive, tmp_path, module, function, match
-):
+# Where a push is killed: once the model is fully copied to staging, before any file moves
+# into place; and inside the move (the first staged file has moved into the version folder,
+# the rest, saved_model.pb among them and always last, have not).
+PUSH_KILLS = [
+    ("before-the-move", "components.atomic_pusher.executor", "copy_to_staging", ""),
+    ("inside-the-move", "tfx.dsl.io.fileio", "rename", STAGING_PREFIX),
+]
+
+
+def test_killed_during_push_leaves_no_partial_version(tiny_archive, tmp_path):
+    """Each kill in turn on one output folder (the second on a rerun that reuses the trained
+    model), then the same command once more: one whole version, the half-moved folder gone."""
     args = [
         "--data",
         tiny_archive,
@@ -136,14 +134,15 @@ def test_killed_during_push_leaves_no_partial_version(
         "0.5",
         *FAST_TRAINING,
     ]
-    died = run_and_die(module, function, 1, "after", *args, match=match)
-    assert died.returncode == -signal.SIGKILL
     base = tmp_path / "serving" / "cifar10"
-    left = [p for p in base.iterdir() if p.name.isdigit()] if base.exists() else []
-    if match:  # the kill really came inside the move: a version folder with some files
-        assert [p.name for p in left] != [] and all(any(p.iterdir()) for p in left)
-    # Nothing servable: TF Serving loads a version only once its saved_model.pb exists.
-    assert [p for p in left if (p / SAVED_MODEL_FILE).exists()] == []
+    for where, module, function, match in PUSH_KILLS:
+        died = run_and_die(module, function, 1, "after", *args, match=match)
+        assert died.returncode == -signal.SIGKILL, (where, died.stderr[-3000:])
+        left = [p for p in base.iterdir() if p.name.isdigit()] if base.exists() else []
+        if match:  # the kill really came inside the move: a version folder with some files
+            assert [p.name for p in left] != [] and all(any(p.iterdir()) for p in left), where
+        # Nothing servable: TF Serving loads a version only once its saved_model.pb exists.
+        assert [p for p in left if (p / SAVED_MODEL_FILE).exists()] == [], where
     done = cli("run", *args)
     assert done.returncode == 0, done.stderr[-3000:]
     facts = summary(tmp_path)
