@@ -115,12 +115,6 @@ def soak(root: str, nights: int = NIGHTS) -> list[dict]:
     return rows
 
 
-def object_store_active() -> bool:
-    from components import object_store
-
-    return object_store.active()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__)
     parser.add_argument("root", help="a local folder, gs://bucket/path or s3://bucket/path")
@@ -133,8 +127,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from components import object_store
+
     status = main()
     sys.stdout.flush()
-    if object_store_active():  # tensorflow-io (s3://) aborts teardown (tensorflow/io#2039)
+    if object_store.active():  # tensorflow-io (s3://) aborts teardown (tensorflow/io#2039)
         os._exit(status)
     sys.exit(status)

@@ -20,9 +20,8 @@ def protected(base_directory: str, versions: list[str]) -> set[str]:
     (the version an operator last chose; earlier rollbacks' choices age out like any other)."""
     records = served_versions.rolled_back(base_directory)
     # the latest: by its time, then (two in one second) by the version it set aside
-    _, latest = max(records.items(), key=lambda kv: (kv[1].get("when", ""), int(kv[0])),
-                    default=(None, {}))  # fmt: skip
-    return set(versions[-MIN_KEEP:]) | ({latest["rolled_back_to"]} if latest else set())
+    latest = max(records.items(), key=lambda kv: (kv[1].get("when", ""), int(kv[0])), default=None)
+    return set(versions[-MIN_KEEP:]) | ({latest[1]["rolled_back_to"]} if latest else set())
 
 
 def prune(base_directory: str, keep: int) -> list[str]:
@@ -41,15 +40,7 @@ def prune(base_directory: str, keep: int) -> list[str]:
         if version in spared:
             continue
         folder = paths.join(base_directory, version)
-        target = paths.join(folder, SAVED_MODEL_FILE)
-        if paths.is_remote(target):
-            from components import object_store
-
-            object_store.gfile(target).remove(target)
-        else:
-            import os
-
-            os.remove(target)
+        paths.remove(paths.join(folder, SAVED_MODEL_FILE))
         remove_tree(folder)
         removed.append(version)
     return removed
