@@ -9,17 +9,17 @@ UV_VERSION := 0.13.9
 SHARED_DATA := ../shared/datasets/cifar10/cifar-10-binary-train.tar.gz
 ARGS ?=
 
-# Two stacks (components/stack.py): current (TFX 1.21, Python 3.13, requirements-current.lock)
+# Two stacks (components/runtime/stack.py): current (TFX 1.21, Python 3.13, requirements-current.lock)
 # where glibc >= 2.39, legacy (TFX 1.16, Python 3.10, requirements.lock) elsewhere.
 # `make STACK=legacy` or `STACK=current` overrides the choice; a checkout keeps the stack it
 # was set up with (.venv/.installed-NAME), so later targets never install the other one.
-STACK_CHOICE := $(shell python3 -m components.stack $(STACK) 2>/dev/null)
+STACK_CHOICE := $(shell python3 -m components.runtime.stack $(STACK) 2>/dev/null)
 STACK_LOCK := $(word 2,$(STACK_CHOICE))
 STACK_PYTHON := $(word 3,$(STACK_CHOICE))
 # One stamp per stack: switching stacks installs again.
 STAMP := $(VENV)/.installed-$(word 1,$(STACK_CHOICE))
 ifeq ($(STACK_LOCK),)
-$(error cannot tell this host's stack: `python3 -m components.stack` failed; pass STACK=legacy or STACK=current)
+$(error cannot tell this host's stack: `python3 -m components.runtime.stack` failed; pass STACK=legacy or STACK=current)
 endif
 # Take the first interpreter of the stack's version that really runs (a pyenv shim can
 # exist without the version being active). PYTHON310 / PYTHON313 name one by hand.
@@ -44,7 +44,7 @@ setup: $(STAMP)
 
 # The same script the images and the Debian 13 check install with (stack/install.sh).
 $(STAMP): $(STACK_LOCK) pyproject.toml stack/install.sh
-	@python3 -m components.stack $(STACK) >/dev/null
+	@python3 -m components.runtime.stack $(STACK) >/dev/null
 	@python="$(STACK_BASE_PYTHON)"; \
 	if [ -z "$$python" ]; then \
 	  echo "this host has no Python $(STACK_PYTHON): obtaining it with uv (uv python install $(STACK_PYTHON))" >&2; \
@@ -58,7 +58,7 @@ $(STAMP): $(STACK_LOCK) pyproject.toml stack/install.sh
 # kfp.local's environment. On the legacy stack its own (requirements-kfp.lock): a current kfp
 # SDK needs protobuf >= 6, TFX 1.16 < 5, so it cannot share .venv; the project is installed
 # there too, for `python -m pipeline.kfp_local` (uv reuses .venv's cache: seconds). On the
-# current stack kfp 2.16 and protobuf 6 are in .venv itself (components.stack.kfp_local_python).
+# current stack kfp 2.16 and protobuf 6 are in .venv itself (components.runtime.stack.kfp_local_python).
 KFP_VENV := .venv-kfp
 ifeq ($(word 1,$(STACK_CHOICE)),legacy)
 KFP_STAMP := $(KFP_VENV)/.installed

@@ -1,6 +1,6 @@
 """How far a class's accuracy on the served version's reference images falls when the pipeline
 trains the next version on a clean span and on a faulty one: the measurement MAX_CLASS_DROP
-(components/reference_images.py) is set from.
+(components/checks/reference_images.py) is set from.
 
     python -m benchmarks.class_drop --data cifar-10-binary-train.tar.gz \
         [--served 10000 --served 25000] [--span 4000] [--samples 3] [--epochs N]
@@ -39,7 +39,7 @@ from benchmarks.label_thresholds import (
     training_flags,
     write_archive,
 )
-from components import reference_images
+from components.checks import reference_images
 from components.cifar10_example_gen import sources
 from components.contract import LABEL_NAMES, NUM_CLASSES, REFERENCE_CHECK_FILE
 

@@ -24,7 +24,7 @@ import sys
 import numpy as np
 
 from benchmarks.bench_docs import measured_on
-from components import model_scoring
+from components.checks import model_scoring
 from components.cifar10_example_gen import sources
 from components.validation_gate import embedding_copies, near_copies, records
 

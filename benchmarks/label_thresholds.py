@@ -1,5 +1,5 @@
 """What the served model's label checks read on clean spans and on labelling faults: the
-measurement EXCHANGE_MARGIN and NOISE_MARGIN (components/label_agreement.py) are set from.
+measurement EXCHANGE_MARGIN and NOISE_MARGIN (components/checks/label_agreement.py) are set from.
 
     python -m benchmarks.label_thresholds --data cifar-10-binary-train.tar.gz \
         [--served 10000 --served 25000] [--span 3000] [--samples 3] [--warm-start 4000] \
@@ -15,7 +15,7 @@ exchange excess over all class pairs (the smaller of its two directions, minus t
 reference), the noise estimate's excess over the reference's, the representation shift (the
 largest per-class Kolmogorov-Smirnov statistic of the class probabilities against the eval
 split's) and the embeddings' maximum mean discrepancy against the eval split's sample
-(components/drift.py); a row stops the run when one is beyond its margin. `--epochs N` makes
+(components/checks/drift.py); a row stops the run when one is beyond its margin. `--epochs N` makes
 every `run` train N epochs, not the recipe's: a smoke test's, whose table measures nothing
 (it says so above the table).
 """
@@ -34,10 +34,10 @@ import time
 import numpy as np
 
 from benchmarks.bench_docs import measured_on
-from components import drift, label_agreement, model_scoring
+from components.checks import drift, label_agreement, model_scoring
 from components.cifar10_example_gen import sources
 from components.contract import LABEL_NAMES, NUM_CLASSES
-from components.served_versions import newest_complete_version
+from components.storage.served_versions import newest_complete_version
 
 CAT, DOG = LABEL_NAMES.index("cat"), LABEL_NAMES.index("dog")
 

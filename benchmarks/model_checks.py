@@ -37,7 +37,7 @@ def model_checks(serving_dir: Path, summary: RunSummary, scratch: Path) -> dict:
     and Evaluator would run them with this run's version served."""
     from tfx.types import artifact_utils, standard_artifacts
 
-    from components.reference_images import MAX_CLASS_DROP
+    from components.checks.reference_images import MAX_CLASS_DROP
     from components.served_state import class_check
     from components.served_state import executor as served_state
     from components.validation_gate import labels, records

@@ -52,7 +52,7 @@ def fixture_model(folder: str) -> str:
 
 def footprint(root: str) -> tuple[int, int]:
     """(files, bytes) under `root`."""
-    from components import object_store, paths
+    from components.storage import object_store, paths
 
     if not paths.is_remote(root):
         files = paths.walk(root)
@@ -69,11 +69,11 @@ def footprint(root: str) -> tuple[int, int]:
 
 def night(serving: str, number: int, scratch: str) -> str | None:
     """One night; returns its outcome as reported, or None for a run that died."""
-    from components import night_facts, served_versions
     from components.atomic_pusher.executor import publish_version
     from components.cifar10_example_gen.spans import record_json
     from components.contract import SERVED_SPANS_FILE
     from components.night_report.handler import report_night
+    from components.storage import night_facts, served_versions
 
     key = f"soak-night-{number}"
     facts = night_facts.folder(serving, key)
@@ -99,7 +99,7 @@ def night(serving: str, number: int, scratch: str) -> str | None:
 
 
 def soak(root: str, nights: int = NIGHTS) -> list[dict]:
-    from components import paths
+    from components.storage import paths
 
     serving = paths.join(root, "serving", "cifar10")
     measured = {5, nights} | set(range(10, nights, 10))  # listing a store costs a call a file
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from components import object_store
+    from components.storage import object_store
 
     status = main()
     sys.stdout.flush()

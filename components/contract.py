@@ -103,14 +103,14 @@ SAVED_MODEL_FILE = "saved_model.pb"
 SERVED_STATISTICS_FILE = "training_statistics.pb"
 COMPARISON_FILE = "comparison.json"
 # In the Evaluator's evaluation: the candidate's and the served model's accuracy per class on
-# the served version's reference images (components/reference_images.py), JSON.
+# the served version's reference images (components/checks/reference_images.py), JSON.
 REFERENCE_CHECK_FILE = "reference_classes.json"
 # The spans (number -> content fingerprint) a run ingested: written by the ExampleGen into its
 # Examples artifact, kept by the Pusher beside saved_model.pb; span 0 is a plain source.
 SERVED_SPANS_FILE = "training_spans.json"
 # In the ServedState step's output, beside its copy of the served version
 # (`<uri>/Format-Serving`) and that version's training statistics: the served state
-# (components/served_versions.py: ServedState), which every later step reads.
+# (components/storage/served_versions.py: ServedState), which every later step reads.
 SERVED_STATE_FILE = "served_state.json"
 # Beside a warm-started Trainer's model (`<model uri>/`): the served version it started from
 # and that version's spans, which the Pusher adds to the new version's record (lineage).

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from components.contract import RUNTIME_STATE_NODES
-from components.night_facts import NIGHT_KEY_PLACEHOLDER
+from components.storage.night_facts import NIGHT_KEY_PLACEHOLDER
 from pipeline.common.compiled_target import NIGHT_REPORT_TASK, TFX_DAG, pipeline_tasks
 from pipeline.common.files import write_atomically
 from pipeline.settings.config import PipelineConfig

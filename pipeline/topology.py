@@ -16,7 +16,6 @@ from tfx.orchestration import metadata as tfx_metadata
 from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.proto import trainer_pb2
 
-from components import stack
 from components.atomic_pusher.component import AtomicPusher
 from components.cifar10_example_gen.component import Cifar10ExampleGen
 from components.contract import (
@@ -29,6 +28,7 @@ from components.contract import (
     TRAIN_SPLIT,
     TRAINER_NODE,
 )
+from components.runtime import stack
 from components.served_state.component import ServedBaselineEvaluator, ServedState
 from components.trainer.config import (
     CHECKPOINT_ROOT_KEY,

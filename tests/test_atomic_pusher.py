@@ -108,7 +108,7 @@ def test_push_that_fails_midway_leaves_no_partial_version(tmp_path, monkeypatch)
 
 def _served_state(tmp_path, version):
     """The ServedState step's output as a run that read `version` (None: nothing served)."""
-    from components.served_versions import ServedState
+    from components.storage.served_versions import ServedState
 
     served = standard_artifacts.Model()
     served.uri = str(tmp_path / f"served-{version}")
@@ -179,7 +179,7 @@ def _with_index(examples, digests):
 
 def _served_with_index(tmp_path, version, digests):
     """The ServedState step's output holding `version` and its index (None: it has none)."""
-    from components.served_versions import ServedState
+    from components.storage.served_versions import ServedState
 
     served = _served_state(tmp_path, version)
     state = ServedState(serving_model_dir="/served", version=version)

@@ -16,7 +16,6 @@ import time
 import pytest
 
 from benchmarks import soak
-from components import night_facts, served_versions
 from components.atomic_pusher import executor as pusher
 from components.atomic_pusher import retention
 from components.contract import (
@@ -26,6 +25,7 @@ from components.contract import (
     STALE_NIGHT_SECONDS,
 )
 from components.night_report import message
+from components.storage import night_facts, served_versions
 from pipeline import cli
 from pipeline.local import runner
 

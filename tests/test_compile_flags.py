@@ -21,9 +21,9 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from components import stack
+from components.checks.reference_images import MAX_CLASS_DROP
 from components.night_report.message import NOTIFY_VARIABLE
-from components.reference_images import MAX_CLASS_DROP
+from components.runtime import stack
 from pipeline import cli
 from pipeline.common import compiled_target, kfp_platform
 from pipeline.common.compiled_target import pipeline_tasks

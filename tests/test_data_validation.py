@@ -176,7 +176,7 @@ def _save_oracle(folder, reference=True, features=True):
     writes them) unless `reference` is False."""
     import tensorflow as tf
 
-    from components import drift, label_agreement
+    from components.checks import drift, label_agreement
 
     module = tf.Module()
     spec = [tf.TensorSpec([None, 32, 32, 3], tf.uint8)]
@@ -677,7 +677,7 @@ def test_a_served_version_without_usable_embeddings_says_the_check_did_not_run(
 ):
     """An older export (no `features` function, or no sample kept) or a damaged sample: the
     embedding check says why it did not run, and the rest of the gate goes on."""
-    from components import drift
+    from components.checks import drift
     from pipeline.local.report_text import comparison_lines
 
     damaged = served_as.pop("damaged", False)
@@ -694,7 +694,7 @@ def test_a_served_version_without_usable_embeddings_says_the_check_did_not_run(
 def test_the_shift_statistic_is_kolmogorov_smirnovs():
     from scipy import stats
 
-    from components.drift import ks_statistic
+    from components.checks.drift import ks_statistic
 
     rng = np.random.default_rng(0)
     a, b = rng.normal(0, 1, 700), rng.normal(0.3, 1.2, 500)

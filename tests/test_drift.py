@@ -1,4 +1,4 @@
-"""Representation drift on the served model's embeddings (components/drift.py): the
+"""Representation drift on the served model's embeddings (components/checks/drift.py): the
 statistic, the sample each export keeps, and the export's `features` function that a next run
 embeds a span with, on the same scale as the sample."""
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from test_inference import _images, _trained_looking_airbench
 
-from components import drift
+from components.checks import drift
 from components.contract import EMBEDDINGS_KEY, LOGITS_KEY
 from components.trainer import export, inference, model
 from components.trainer.keras import tf
@@ -112,7 +112,7 @@ def test_the_shift_baselines_come_from_the_reference_images_a_warm_start_carries
     up), so they stay large enough to compare; the label counts stay the eval split's."""
     import json
 
-    from components import label_agreement
+    from components.checks import label_agreement
 
     network = model.build_seed_cnn()
     images, labels = tf.constant(_images(9, 40)), tf.constant(np.arange(40) % 10)

@@ -15,10 +15,10 @@ from test_atomic_pusher import _fixture_load_test
 from test_vertex_endpoint import SETTINGS, _model
 from tfx.types import standard_artifacts
 
-from components import served_versions
 from components.atomic_pusher import executor as pusher
 from components.atomic_pusher import vertex_endpoint
 from components.atomic_pusher.lock import LOCK_NAME
+from components.storage import served_versions
 from pipeline import cli
 
 import vertex_stand_in

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from components import served_versions
+from components.storage import served_versions
 from pipeline import cli
 
 from cifar_fixtures import served_version as _serve

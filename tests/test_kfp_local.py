@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import stack
 from components.cifar10_example_gen.spec import SOURCE_URI_KEY
 from components.contract import SERVED_STATISTICS_FILE, unpack_digests
+from components.runtime import stack
 from pipeline import cli
 from pipeline.common import compiled_target
 from pipeline.common.compiled_target import pipeline_tasks

@@ -10,7 +10,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from components import stack
+from components.runtime import stack
 from pipeline import cli, kfp_ir
 from pipeline.common import kfp_platform
 from pipeline.common.compiled_target import pipeline_tasks

@@ -1,4 +1,4 @@
-"""components/label_agreement.py on a simulated served model: right on 80% of images, its
+"""components/checks/label_agreement.py on a simulated served model: right on 80% of images, its
 errors spread over the other classes, its probabilities peaked on what it predicts. Pure
 numpy: the judgement's rules, thresholds and messages; tests/test_data_validation.py runs
 them in the gate with a real SavedModel."""
@@ -8,8 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from components import drift
-from components import label_agreement as la
+from components.checks import drift
+from components.checks import label_agreement as la
 
 
 def _model(true: np.ndarray, seed: int, accuracy: float = 0.8, blur: float = 0.0):

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("label_runs")]
 
 CAT, DOG = LABEL_NAMES.index("cat"), LABEL_NAMES.index("dog")
 # 125 images a class in each of two batches: the eval carve keeps 24 a class, enough for
-# each class to be judged on the reference images (components/reference_images.py).
+# each class to be judged on the reference images (components/checks/reference_images.py).
 PER_CLASS = 125
 
 

@@ -11,9 +11,9 @@ import time
 import pytest
 import yaml
 
-from components import night_facts
 from components.night_report import compose, handler, secret
 from components.night_report.message import NOTIFY_VARIABLE
+from components.storage import night_facts
 from pipeline import cli
 from pipeline.common import compiled_target, exit_status, kfp_platform
 

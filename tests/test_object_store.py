@@ -1,5 +1,5 @@
 """`s3://` (Kubeflow Pipelines' artifact store: SeaweedFS since KFP 2.15, MinIO before) through
-components/object_store.py. Unit tests on the environment mapping and the current stack's
+components/storage/object_store.py. Unit tests on the environment mapping and the current stack's
 refusal; the rest against a real SeaweedFS server on 127.0.0.1 (tests/seaweed.py, marker
 s3_store, `make test-s3`). A process that imported tensorflow-io aborts at interpreter exit
 (tensorflow/io#2039), so whatever opens s3:// runs in a subprocess, never in pytest's own."""
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from components import object_store
 from components.cifar10_example_gen.sources import count_records
+from components.storage import object_store
 from pipeline import cli
 from pipeline.common import kfp_platform
 
@@ -55,7 +55,7 @@ def test_an_endpoint_without_scheme_gets_one_and_the_users_settings_stay():
 
 def test_importing_it_and_local_paths_import_no_tensorflow():
     code = (
-        "import sys; from components import object_store as o\n"
+        "import sys; from components.storage import object_store as o\n"
         "o.enable('/data/c.tar.gz'); o.enable('gs://b/c.tar.gz'); o.check_bucket('/x')\n"
         "assert not {'tensorflow', 'tensorflow_io', 'botocore'} & set(sys.modules)\n"
         "assert not o.active()"
@@ -146,7 +146,7 @@ def test_tf_io_gfile_reads_back_what_was_stored(seaweedfs):
     code = textwrap.dedent(
         """
         import os, sys
-        from components import object_store
+        from components.storage import object_store
         path = "s3://mlpipeline/probe/blob"
         data = object_store.gfile(path).GFile(path, "rb").read()
         sys.stdout.buffer.write(data); sys.stdout.flush()
@@ -237,7 +237,7 @@ def _commands(spec: dict) -> list[list[str]]:
 
 @pytest.fixture(scope="module")
 def s3_file(tmp_path_factory):
-    from components import stack
+    from components.runtime import stack
 
     if stack.running_stack() is stack.CURRENT:
         pytest.skip("the current stack refuses s3:// (its own test: the refusal)")
@@ -352,7 +352,7 @@ def test_a_step_on_the_store_gets_remote_artifact_uris_and_a_local_output_file(t
 
 _STORE_FAULTS = """
 import json, os, sys
-from components import object_store as store
+from components.storage import object_store as store
 base = "s3://mlpipeline/faults"
 g = store.gfile(base)
 for name in ("a/f", "a/f.bak", "d/x/one", "d/xy/two"):
@@ -390,7 +390,7 @@ def test_a_failing_step_on_the_store_exits_1_not_134(seaweedfs, tmp_path):
     # The step touches s3:// (TFX's entrypoint reads its output file's folder) and then
     # fails: without the wrapper's os._exit, tensorflow-io aborts the teardown (134).
     given = {"outputs": {"outputFile": "s3://mlpipeline/steps/x/executor_output.json"}}
-    command = [sys.executable, "-m", "components.s3_entrypoint"]
+    command = [sys.executable, "-m", "components.storage.s3_entrypoint"]
     command += ["--executor_class_path", "no_such_module.Executor"]
     command += ["--json_serialized_invocation_args", json.dumps(given)]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **seaweedfs.env()}
@@ -400,7 +400,7 @@ def test_a_failing_step_on_the_store_exits_1_not_134(seaweedfs, tmp_path):
 
 
 _UNEXPECTED_ERROR = """
-from components import object_store
+from components.storage import object_store
 from pipeline import cli
 from pipeline.common import kfp_platform
 

@@ -21,7 +21,7 @@ from components.contract import (
     LABEL_NAMES,
     PROBABILITIES_KEY,
 )
-from components.served_versions import complete_versions
+from components.storage.served_versions import complete_versions
 from components.trainer import model
 from components.trainer.hardware import cpu_bf16_blocked, detect
 from components.trainer.keras import tf

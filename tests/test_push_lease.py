@@ -49,7 +49,7 @@ for _ in range(commits):
             raise
         print("LOST", err, flush=True)
         os._exit(3)
-os._exit(0)  # a process that imported tensorflow-io aborts at exit (components/object_store.py)
+os._exit(0)  # a process that imported tensorflow-io aborts at exit (storage/object_store.py)
 """
 
 
@@ -65,7 +65,7 @@ class Objects:
 
             self.client = storage.Client().bucket(self.bucket)
         else:
-            from components import object_store
+            from components.storage import object_store
 
             self.client = object_store._client()
 
@@ -263,7 +263,7 @@ def test_the_lease_protocols_cost_per_push(store):
 
 PUBLISH = r"""
 import os, signal, sys
-from components import object_store
+from components.storage import object_store
 from components.atomic_pusher import executor as pusher, lock
 life = float(os.environ["LEASE_SECONDS"])
 try:
@@ -272,7 +272,7 @@ try:
 except ImportError:  # the code before the fenced lease: its own knobs
     lock.LEASE_SECONDS, lock.SETTLE_SECONDS, lock.POLL_SECONDS = life, 0.2, 0.05
 model, base, stall = sys.argv[1:4]
-object_store.enable(base)  # what a step's entry point does (components/s3_entrypoint.py)
+object_store.enable(base)  # what a step's entry point does (components/storage/s3_entrypoint.py)
 real_move, moved = object_store.move_file, []
 def move(source, target):
     real_move(source, target)

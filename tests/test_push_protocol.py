@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from components import served_versions
 from components.atomic_pusher import executor as pusher
+from components.storage import served_versions
 
 import cifar_fixtures as fx
 

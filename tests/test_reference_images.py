@@ -1,4 +1,4 @@
-"""The served version's reference images (components/reference_images.py): the Trainer keeps
+"""The served version's reference images (components/checks/reference_images.py): the Trainer keeps
 them with every version, the Evaluator scores the candidate and the served model on them class
 by class, and a class that falls too far there blocks the push (exit 4, naming the class),
 even when the candidate's own eval split, whose labels the new span wrote, says it is better."""
@@ -11,7 +11,7 @@ import pytest
 from tfx.components.evaluator import executor as tfx_evaluator
 from tfx.types import standard_artifacts
 
-from components import reference_images as ri
+from components.checks import reference_images as ri
 from components.contract import LABEL_NAMES, REFERENCE_CHECK_FILE
 from components.served_state import class_check
 from components.served_state import executor as served_state

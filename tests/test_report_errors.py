@@ -73,7 +73,7 @@ def test_a_summary_that_is_a_folder_and_a_run_dir_that_is_a_file(tmp_path, capsy
 
 
 def test_damaged_statistics_are_named(tmp_path, capsys):
-    from components.tfx_files import statistics_file
+    from components.storage.tfx_files import statistics_file
 
     statistics = tmp_path / "artifacts" / "statistics"
     damaged = Path(statistics_file(str(statistics), "train"))
@@ -84,7 +84,7 @@ def test_damaged_statistics_are_named(tmp_path, capsys):
 
 
 def test_damaged_examples_are_named(tmp_path, capsys):
-    from components.tfx_files import split_uri
+    from components.storage.tfx_files import split_uri
 
     examples = tmp_path / "artifacts" / "examples"
     split = Path(split_uri(str(examples), "train"))

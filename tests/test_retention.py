@@ -4,9 +4,9 @@ went back to; below 2 is refused."""
 
 import pytest
 
-from components import served_versions
 from components.atomic_pusher import executor as pusher
 from components.atomic_pusher import retention
+from components.storage import served_versions
 from pipeline import cli
 
 import cifar_fixtures as fx

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from components import served_versions
 from components.cifar10_example_gen import spans
+from components.storage import served_versions
 from pipeline import cli
 
 from cifar_fixtures import served_version as _serve

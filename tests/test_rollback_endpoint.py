@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from components import served_versions
+from components.storage import served_versions
 from pipeline import cli
 
 import vertex_stand_in

@@ -20,7 +20,7 @@ HOSTS = {"debian12": "2.36", "debian13": "2.41", "ubuntu2404": "2.39"}
 # the lock it was asked to install.
 CHECKOUT_FILES = [
     "Makefile", "pyproject.toml", "requirements.lock", "requirements-current.lock",
-    "requirements-kfp.lock", "components/__init__.py", "components/stack.py",
+    "requirements-kfp.lock", "components/__init__.py", "components/runtime/stack.py",
 ]  # fmt: skip
 INSTALLER = """#!/bin/sh
 mkdir -p "$2/bin" && echo "$3" >> installed.txt

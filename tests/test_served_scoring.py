@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from test_data_validation import _Oracle, _sample, _save_oracle
 
-from components import model_scoring
+from components.checks import model_scoring
 from components.cifar10_example_gen.executor import to_example
 from components.cifar10_example_gen.shards import Record
 from components.cifar10_example_gen.summaries import summarize

@@ -7,8 +7,9 @@ import json
 from tfx.components.evaluator import executor as tfx_evaluator
 from tfx.types import standard_artifacts
 
-from components import keras_autograph, served_versions
+from components.runtime import keras_autograph
 from components.served_state import executor as served_state
+from components.storage import served_versions
 
 
 def _serve(base, version, graph=b"graph", spans=None, statistics=None):

@@ -10,7 +10,7 @@ import pytest
 from components.cifar10_example_gen import spans
 from components.cifar10_example_gen.sources import SourceError, count_records
 from components.contract import SAVED_MODEL_FILE, SERVED_SPANS_FILE
-from components.served_versions import read_served_state
+from components.storage.served_versions import read_served_state
 from pipeline.local import span_choice
 
 import cifar_fixtures as fx
@@ -278,7 +278,7 @@ def test_a_plain_source_is_nothing_new_only_when_served_exactly(tmp_path):
     """Span 0 (a plain archive) is identified by its content: the same bytes the served
     version was trained on are nothing new, any other archive is new data (not a changed
     span), and --force trains anyway."""
-    from components.served_versions import ServedState
+    from components.storage.served_versions import ServedState
 
     archive = fx.binary_archive(tmp_path / "a.tar.gz", batches=1, per_class=2)
     other = fx.binary_archive(tmp_path / "b.tar.gz", batches=1, per_class=3)

@@ -1,4 +1,4 @@
-"""The two stacks (components.stack): which lock a host gets, what differs between them, and
+"""The two stacks (components.runtime.stack): which lock a host gets, what differs between them, and
 the pure parts of `make test-current-stack` (the chroot run itself is that target's job)."""
 
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from components import stack
+from components.runtime import stack
 from pipeline import topology
 from pipeline.local import runner as local_runner
 from pipeline.local import stack_check

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from benchmarks import class_drop, drift_thresholds, duplicate_thresholds, label_thresholds
-from components import reference_images
+from components.checks import reference_images
 from components.contract import LABEL_NAMES
 
 import cifar_fixtures as fx

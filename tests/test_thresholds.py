@@ -9,8 +9,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from components import drift
-from components import label_agreement as la
+from components.checks import drift
+from components.checks import label_agreement as la
 from components.contract import LABEL_NAMES
 from components.validation_gate import duplicates as gate_duplicates
 from components.validation_gate import labels as gate_labels

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from components.progress import PROGRESS_LOGGER, duration
+from components.runtime.progress import PROGRESS_LOGGER, duration
 from pipeline.local.runner import _ProgressPrinter
 
 import cifar_fixtures as fx

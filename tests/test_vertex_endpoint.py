@@ -11,9 +11,9 @@ import pytest
 from test_atomic_pusher import _fixture_load_test
 from tfx.types import standard_artifacts
 
-from components import served_versions
 from components.atomic_pusher import executor as pusher
 from components.atomic_pusher import vertex_endpoint
+from components.storage import served_versions
 from pipeline.common.compiled_target import pipeline_tasks
 
 SETTINGS = {

@@ -15,10 +15,9 @@ from tensorflow_serving.apis import prediction_log_pb2
 from test_atomic_pusher import _push, _versions
 from tfx.types import standard_artifacts
 
-from components import warmup
 from components.atomic_pusher import executor as pusher
-from components.atomic_pusher import load_test
 from components.contract import IMAGES_SIGNATURE
+from components.serving import load_test, warmup
 from components.trainer import export
 from components.trainer.keras import keras
 
@@ -161,7 +160,7 @@ def test_warmup_records_that_cannot_be_written_fail_the_export(tmp_path):
 
 @pytest.mark.parametrize("value", [np.nan, np.inf])
 def test_answers_that_are_not_finite_fail_the_load_test(value):
-    from components.load_test import compare
+    from components.serving.load_test import compare
 
     kept = np.full((2, 3), np.float32(value))
     with pytest.raises(ValueError, match="not finite"):
@@ -174,7 +173,7 @@ def test_answers_that_are_not_finite_fail_the_load_test(value):
 
 
 def test_answers_that_differ_beyond_the_tolerance_are_refused():
-    from components.load_test import TOLERANCE, compare
+    from components.serving.load_test import TOLERANCE, compare
 
     kept = np.array([[0.7, 0.2, 0.1], [0.5, 0.5 - TOLERANCE / 2, 0.0]], np.float32)
     assert compare(kept + TOLERANCE / 4, kept) <= TOLERANCE
@@ -202,8 +201,8 @@ def test_a_failed_load_test_is_its_own_outcome_and_exit_status(tmp_path, monkeyp
     """`load_test_failed` in the summary, exit status 9, even wrapped by the orchestrator."""
     from types import SimpleNamespace
 
-    from components.load_test import LoadTestFailed
     from components.night_report import message as nights
+    from components.serving.load_test import LoadTestFailed
     from pipeline.cli import run as cli_run
     from pipeline.common import exit_status
     from pipeline.local import runner

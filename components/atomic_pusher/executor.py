@@ -3,13 +3,13 @@ loadable half-written, numbered in the order pushes finish, pushed only against 
 version its run judged against.
 
 The protocol (components/atomic_pusher/staging.py, lock.py; what a complete version is and
-which is the newest: components/served_versions.py):
+which is the newest: components/storage/served_versions.py):
 
 1. Stage: copy the model, PUSHED_FROM (the model's path) and the kept files (statistics,
    spans record, training-image index) into `<base>/.staging-<uuid4 hex>/`, whose LEASE is
-   written first. Then the load test (load_test.py): the staged copy loaded in a fresh
-   process, its warmup records replayed and their answers compared with the Trainer's; a
-   version that fails is LoadTestFailed, its staging removed, nothing committed.
+   written first. Then the load test (components/serving/load_test.py): the staged copy
+   loaded in a fresh process, its warmup records replayed and their answers compared with the
+   Trainer's; a version that fails is LoadTestFailed, its staging removed, nothing committed.
 2. Commit, under the serving folder's push lock (`<base>/.push.lock`): remove the staging
    folders of earlier commits (marked COMMIT: ended, died or lost the lock), then numbered
    folders without saved_model.pb (commits that died or lost the lock midway);
@@ -38,9 +38,7 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils
 
-from components import night_facts, object_store, served_versions
 from components.atomic_pusher import retention
-from components.atomic_pusher.load_test import LoadTestFailed, load_test
 from components.atomic_pusher.lock import push_lock
 from components.atomic_pusher.staging import (  # noqa: F401 - STAGING_PREFIX, DEAD_AFTER_SECONDS: named here too
     COMMIT_FILE,
@@ -63,9 +61,11 @@ from components.contract import (
     pack_digests,
     unpack_digests,
 )
-from components.paths import remove_tree
-from components.served_versions import PushLeaseLost, ServedVersionChanged
-from components.tfx_files import statistics_file
+from components.serving.load_test import LoadTestFailed, load_test
+from components.storage import night_facts, object_store, served_versions
+from components.storage.paths import remove_tree
+from components.storage.served_versions import PushLeaseLost, ServedVersionChanged
+from components.storage.tfx_files import statistics_file
 
 BASE_DIRECTORY_KEY = "base_directory"
 KEEP_VERSIONS_KEY = "keep_versions"

@@ -30,8 +30,8 @@ import threading
 import time
 import uuid
 
-from components import object_store
-from components.served_versions import PushLeaseLost
+from components.storage import object_store
+from components.storage.served_versions import PushLeaseLost
 
 LEASE_SECONDS = 300.0  # without a renewal for this long, a lease may be taken over
 POLL_SECONDS = 1.0  # a waiter's reads of the lease object

@@ -22,8 +22,8 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from components import served_versions
 from components.atomic_pusher import lease
+from components.storage import served_versions
 
 LOCK_NAME = ".push.lock"
 TIMEOUT_SECONDS = 600  # waiting longer than this for the lock is an error

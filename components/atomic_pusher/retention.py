@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from absl import logging
 
-from components import paths, served_versions
 from components.contract import MIN_KEEP_VERSIONS as MIN_KEEP
 from components.contract import ROLLED_BACK_WHOLE, SAVED_MODEL_FILE
-from components.paths import remove_tree
+from components.storage import paths, served_versions
+from components.storage.paths import remove_tree
 
 
 def protected(base_directory: str, versions: list[str]) -> set[str]:

@@ -26,11 +26,11 @@ import json
 import os
 import socket
 
-from components import object_store, paths, served_versions
 from components.atomic_pusher import endpoint_api
 from components.atomic_pusher.lock import push_lock
 from components.contract import ENDPOINT_FILE, SAVED_MODEL_FILE
-from components.paths import remove_tree
+from components.storage import object_store, paths, served_versions
+from components.storage.paths import remove_tree
 
 
 class RollbackError(ValueError):

@@ -27,8 +27,8 @@ from collections.abc import Iterator
 
 from tfx.dsl.io import fileio
 
-from components import object_store, served_versions
-from components.paths import remove_tree
+from components.storage import object_store, served_versions
+from components.storage.paths import remove_tree
 
 STAGING_PREFIX = ".staging-"
 LEASE_FILE = "LEASE"

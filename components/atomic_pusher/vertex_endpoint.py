@@ -29,11 +29,11 @@ from absl import logging
 from tfx.dsl.components.base import executor_spec
 from tfx.types.component_spec import ExecutionParameter
 
-from components import paths, served_versions
 from components.atomic_pusher.component import AtomicPusher, AtomicPusherSpec
 from components.atomic_pusher.endpoint_api import deploy, undeploy_all_but
 from components.atomic_pusher.executor import BASE_DIRECTORY_KEY, Executor
 from components.contract import DEFAULT_ENDPOINT_KEEP, ENDPOINT_FILE
+from components.storage import paths, served_versions
 
 VERTEX_SERVING_KEY = "vertex_serving"  # JSON: project, region, endpoint, image, machine_type
 

@@ -23,7 +23,6 @@ from tfx.types import artifact_utils
 from tfx.types.standard_component_specs import EXAMPLES_KEY
 from tfx.utils import io_utils
 
-from components import night_facts
 from components.cifar10_example_gen import sources, spans
 from components.cifar10_example_gen.seen_train import (
     TRAIN_SEEN,
@@ -55,7 +54,8 @@ from components.contract import (
     image_digest,
     pack_digests,
 )
-from components.served_versions import ServedState, load_served_state, served_images_file
+from components.storage import night_facts
+from components.storage.served_versions import ServedState, load_served_state, served_images_file
 
 # TFX's own ExampleGen file names: data_tfrecord-00000-of-00001.gz
 FILE_PREFIX = "data_tfrecord"

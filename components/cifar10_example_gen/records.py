@@ -28,7 +28,7 @@ from components.cifar10_example_gen.shards import (
 )
 from components.cifar10_example_gen.summaries import summarize
 from components.contract import IMAGE_BYTES, IMAGE_SHAPE, LABEL_NAMES, NUM_CLASSES
-from components.progress import progress_logger
+from components.runtime.progress import progress_logger
 
 
 def _read_member(shard: Shard) -> tuple[str, bytes]:

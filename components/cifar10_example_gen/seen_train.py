@@ -10,7 +10,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from components.contract import unpack_digests
-from components.served_versions import ServedState
+from components.storage.served_versions import ServedState
 
 # In EVAL_DROPPED_FILE, beside the eval counts: the new spans' train records, how many of
 # them the served version was trained on (None when its index could not be read), per span.

@@ -17,8 +17,8 @@ from typing import BinaryIO
 
 from isal import igzip, isal_zlib
 
-from components import object_store
 from components.contract import IMAGE_BYTES, LABEL_NAMES
+from components.storage import object_store
 
 BINARY_RECORD_BYTES = 1 + IMAGE_BYTES
 # The largest official batch file is 30,730,000 bytes; anything far larger is

@@ -18,9 +18,9 @@ import json
 import os
 import re
 
-from components import paths
 from components.cifar10_example_gen.sources import SourceError, count_records
-from components.served_versions import ServedState
+from components.storage import paths
+from components.storage.served_versions import ServedState
 
 SPAN_FOLDER = re.compile(r"^span-(\d+)$")
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from components import night_facts
 from components.night_report.message import message
+from components.storage import night_facts
 
 # What `cifar10-pipeline run` exits with for each outcome (pipeline/common/exit_status.py;
 # tests/test_night_report.py keeps the two in step).
@@ -20,7 +20,7 @@ EXIT_STATUS = {
 # backend's (2.14 and later: the exit-handler group's ML Metadata state).
 SUCCEEDED_STATES = ("SUCCEEDED", "COMPLETE", "CACHED")
 # How far a failed night got: the facts each step keeps as it finishes
-# (components/night_facts.py), in order, each with the steps that may have failed when it is
+# (components/storage/night_facts.py), in order, each with the steps that may have failed when it is
 # the first after the last kept. KFP's final status names no step of the nested TFX group
 # (the open-source backend's carries no error at all).
 PROGRESS = (

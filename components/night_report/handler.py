@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from components import night_facts as facts
-from components import paths
 from components.night_report import secret
 from components.night_report.compose import compose
 from components.night_report.message import NOTIFY_VARIABLE, check_url, deliver, record
+from components.storage import night_facts as facts
+from components.storage import paths
 
 
 def webhook(runner: str, notify_secret: str) -> tuple[str | None, str]:
@@ -37,7 +37,7 @@ def report_night(
     final_status: Any, serving_model_dir: str, night_key: str, runner: str, notify_secret: str
 ) -> dict[str, Any]:
     """The night's message, kept and delivered; returns it (with `notification`)."""
-    from components.served_versions import newest_complete_version
+    from components.storage.served_versions import newest_complete_version
 
     kept_dir = facts.folder(serving_model_dir, night_key)
     kept = facts.read_all(kept_dir)

@@ -17,7 +17,7 @@ import urllib.request
 from typing import Any
 
 from components.contract import NIGHTS_KEPT
-from components.night_facts import NIGHTS_DIR, remove_stale
+from components.storage.night_facts import NIGHTS_DIR, remove_stale
 
 NOTIFY_VARIABLE = "CIFAR10_NOTIFY_URL"
 LATEST_FILE = "latest.json"
@@ -129,7 +129,7 @@ def record(serving_model_dir: str, night: dict[str, Any]) -> str:
     which `status` reads; an outcome in ON_THEIR_OWN only the first), then bounds the folder
     (`prune`, night_facts.remove_stale); returns the path of the record `status` would read,
     or of the night's own one."""
-    from components import paths
+    from components.storage import paths
 
     folder = paths.join(serving_model_dir, NIGHTS_DIR)
     text = json.dumps(night, indent=1).encode()
@@ -150,8 +150,8 @@ def prune(serving_model_dir: str, keep: int = NIGHTS_KEPT) -> list[str]:
     """Removes the night records beyond the newest `keep`, except the night that pushed a
     version still complete in the serving folder (`status` reads its accuracy); returns the
     names removed, oldest first."""
-    from components import paths
-    from components.served_versions import complete_versions
+    from components.storage import paths
+    from components.storage.served_versions import complete_versions
 
     folder = paths.join(serving_model_dir, NIGHTS_DIR)
     names = [n for n in paths.listdir(folder) if n.endswith(".json") and n != LATEST_FILE]
@@ -168,7 +168,7 @@ def prune(serving_model_dir: str, keep: int = NIGHTS_KEPT) -> list[str]:
 
 
 def _pushed(path: str) -> str | None:
-    from components import paths
+    from components.storage import paths
 
     try:
         return paths.read_json(path).get("served_after")
@@ -178,7 +178,7 @@ def _pushed(path: str) -> str | None:
 
 def latest(serving_model_dir: str) -> dict[str, Any] | None:
     """The last night's message kept in the serving folder, or None."""
-    from components import paths
+    from components.storage import paths
 
     path = paths.join(serving_model_dir, NIGHTS_DIR, LATEST_FILE)
     return paths.read_json(path) if paths.exists(path) else None

@@ -1,5 +1,5 @@
 """The Evaluator's per-class check on the served version's reference images
-(components/reference_images.py): images whose labels the new span cannot change, so a
+(components/checks/reference_images.py): images whose labels the new span cannot change, so a
 candidate that learned exchanged or wrong labels falls there class by class, whatever its own
 eval split says. It fails closed: a served version whose reference images are missing or
 damaged blocks the push, saying why (`--max-class-drop 1` checks nothing)."""
@@ -16,7 +16,7 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.types.artifact import Artifact
 from tfx.utils import io_utils, path_utils
 
-from components import model_scoring, reference_images
+from components.checks import model_scoring, reference_images
 from components.contract import REFERENCE_CHECK_FILE
 
 # On a blessing the reference check took away: the first class that fell, or why the check

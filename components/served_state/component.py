@@ -10,7 +10,7 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
 from tfx.utils import json_utils
 
-from components.reference_images import MAX_CLASS_DROP
+from components.checks.reference_images import MAX_CLASS_DROP
 from components.served_state.executor import EvaluatorExecutor, Executor
 from components.served_state.spec import (
     MAX_CLASS_DROP_KEY,

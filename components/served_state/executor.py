@@ -1,7 +1,7 @@
 """Executors of the served state: `Executor` reads the serving folder once, at the start of a
 run, and `EvaluatorExecutor` judges the candidate against what it read.
 
-`Executor` writes the served state (components/served_versions.py) into its output Model
+`Executor` writes the served state (components/storage/served_versions.py) into its output Model
 artifact: `served_state.json` (the newest complete version, its spans with fingerprints,
 ancestors' included, and every span any version published), a copy of that version in the
 Trainer's layout (`<uri>/Format-Serving/`: warm start and the Evaluator's baseline), its
@@ -25,7 +25,7 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.types.artifact import Artifact
 from tfx.utils import io_utils, path_utils
 
-from components import night_facts
+from components.checks.reference_images import MAX_CLASS_DROP
 from components.contract import (
     NO_NEW_SPAN_PROPERTY,
     SAVED_MODEL_FILE,
@@ -33,8 +33,7 @@ from components.contract import (
     SERVED_STATE_FILE,
     SERVED_STATISTICS_FILE,
 )
-from components.keras_autograph import leave_tf_keras_unconverted
-from components.reference_images import MAX_CLASS_DROP
+from components.runtime.keras_autograph import leave_tf_keras_unconverted
 from components.served_state.class_check import check_reference_classes
 from components.served_state.spec import (
     MAX_CLASS_DROP_KEY,
@@ -42,7 +41,8 @@ from components.served_state.spec import (
     SERVED_MODEL_KEY,
     SERVING_MODEL_DIR_KEY,
 )
-from components.served_versions import read_served_state
+from components.storage import night_facts
+from components.storage.served_versions import read_served_state
 
 # Custom properties on the served-state artifact, for people and dashboards reading metadata.
 SERVED_VERSION_KEY = "served_version"  # 0: nothing was served

@@ -27,7 +27,7 @@ class ServedStateSpec(ComponentSpec):
 
 
 # How far a class's accuracy on the served version's reference images may fall
-# (components/reference_images.py).
+# (components/checks/reference_images.py).
 MAX_CLASS_DROP_KEY = "max_class_drop"
 
 

@@ -12,7 +12,7 @@ from logging import DEBUG
 
 from absl import logging
 
-from components.progress import duration, progress_logger
+from components.runtime.progress import duration, progress_logger
 from components.trainer.config import TrainingConfig
 from components.trainer.keras import keras, tf
 

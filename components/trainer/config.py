@@ -19,7 +19,7 @@ CHECKPOINT_ROOT_KEY = "checkpoint_root"
 # (`run --workers N`, components/trainer/local_workers.py); absent: one, in-process.
 LOCAL_WORKERS_KEY = "local_workers"
 # custom_config key of the serving folder's model name (`<serving_dir>/<model_name>/`), which
-# the warmup records' PredictRequests name (components/warmup.py).
+# the warmup records' PredictRequests name (components/serving/warmup.py).
 SERVING_MODEL_NAME_KEY = "serving_model_name"
 
 STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "default")

@@ -24,7 +24,7 @@ import os
 import numpy as np
 from absl import logging
 
-from components import drift, label_agreement, object_store, reference_images, warmup
+from components.checks import drift, label_agreement, reference_images
 from components.contract import (
     CLASSES_KEY,
     EMBEDDINGS_KEY,
@@ -40,6 +40,8 @@ from components.contract import (
     PROBABILITIES_KEY,
     SAVED_MODEL_FILE,
 )
+from components.serving import warmup
+from components.storage import object_store
 from components.trainer import data, inference
 from components.trainer.image_header import MAX_IMAGE_PIXELS, check_pixel_limit
 from components.trainer.keras import keras, tf
@@ -207,7 +209,7 @@ class ServingModule(tf.Module):
 
     def _features(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         """`logits` and the network's penultimate layer (EMBEDDINGS_KEY), in one pass: what a
-        next run's checks ask the served model (components/model_scoring.py)."""
+        next run's checks ask the served model (components/checks/model_scoring.py)."""
         embeddings, logits = self.embedding_network(images, training=False)
         return {EMBEDDINGS_KEY: tf.cast(embeddings, tf.float32), LOGITS_KEY: logits}
 
@@ -264,7 +266,7 @@ def export_serving_model(
 def write_warmup_requests(
     module: ServingModule, images: np.ndarray, export_dir: str, model_name: str
 ) -> int:
-    """TF Serving's warmup records and the export's answers to them (components/warmup.py)
+    """TF Serving's warmup records and the export's answers to them (components/serving/warmup.py)
     into the export's assets.extra/; the number of records. A failure fails the Trainer
     (RuntimeError naming it): a version without them is never pushed (the Pusher's load test
     replays them), so an export that cannot answer its own images stops here."""
@@ -299,8 +301,8 @@ def write_label_reference(
     batch: int = 512,
     shift_images: np.ndarray | None = None,
 ) -> None:
-    """The model's label reference (components/label_agreement.py) on the eval split, and its
-    class probabilities and embeddings (components/drift.py) on `shift_images`
+    """The model's label reference (components/checks/label_agreement.py) on the eval split, and its
+    class probabilities and embeddings (components/checks/drift.py) on `shift_images`
     (the reference images, which a warm start carries forward, so a version fine-tuned on a
     small span still keeps enough; default: the eval split), in the export's
     assets.extra/: what clean labels and clean images look like to it, against which a later
@@ -332,7 +334,7 @@ def write_label_reference(
 def write_reference_images(
     base_model: str | None, images: tf.Tensor, labels: tf.Tensor, export_dir: str
 ) -> reference_images.ReferenceImages:
-    """The reference images (components/reference_images.py) into the export's assets.extra/:
+    """The reference images (components/checks/reference_images.py) into the export's assets.extra/:
     the served version's set (`base_model`, when it keeps one), filled up with this run's eval
     images; returned. An unreadable served set is replaced by a new one, with a warning."""
     kept = None

@@ -6,13 +6,13 @@ is imported (always before this module); importing this module fails loudly if
 TensorFlow was loaded before that and `tf.keras` is Keras 3 after all. Never import
 `tensorflow.keras` directly.
 
-Importing it also keeps AutoGraph out of `tf_keras` (components.keras_autograph).
+Importing it also keeps AutoGraph out of `tf_keras` (components.runtime.keras_autograph).
 """
 
 import tensorflow as tf
 import tf_keras as keras
 
-from components.keras_autograph import leave_tf_keras_unconverted
+from components.runtime.keras_autograph import leave_tf_keras_unconverted
 
 if tf.keras.Model is not keras.Model:
     raise ImportError(

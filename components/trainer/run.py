@@ -14,8 +14,8 @@ import numpy as np
 from absl import logging
 from tfx.components.trainer.fn_args_utils import FnArgs
 
-from components import warmup
 from components.contract import TRAINING_SUMMARY_FILE
+from components.serving import warmup
 from components.trainer import data, export, flops, model, train, warm_start
 from components.trainer.callbacks import checkpoint_dir
 from components.trainer.config import CHECKPOINT_ROOT_KEY, SERVING_MODEL_NAME_KEY, TrainingConfig

@@ -14,7 +14,7 @@ import json
 import os
 
 from components.contract import SAVED_MODEL_FILE, WARM_START_FILE
-from components.served_versions import load_served_state
+from components.storage.served_versions import load_served_state
 from components.trainer.config import TrainingConfig
 from components.trainer.keras import keras, tf
 

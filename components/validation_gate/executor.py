@@ -12,7 +12,6 @@ from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 from tfx.utils import io_utils
 
-from components import night_facts
 from components.contract import (
     COMPARISON_FILE,
     EVAL_SPLIT,
@@ -22,12 +21,13 @@ from components.contract import (
     SERVED_STATISTICS_FILE,
     TRAIN_SPLIT,
 )
-from components.served_versions import (
+from components.storage import night_facts
+from components.storage.served_versions import (
     load_served_state,
     read_spans_record,
     served_statistics_file,
 )
-from components.tfx_files import anomalies_file, statistics_file
+from components.storage.tfx_files import anomalies_file, statistics_file
 from components.validation_gate.checks import (
     DataDriftError,
     DataValidationError,

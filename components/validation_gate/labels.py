@@ -1,7 +1,7 @@
 """The label check: a sample of the span's new records scored by the served model (a Beam
 step, components/validation_gate/scoring.py, on the records' raw pixels), judged by
-components/label_agreement.py against the reference the served version keeps, and its
-embeddings compared with the served version's (components/drift.py)."""
+components/checks/label_agreement.py against the reference the served version keeps, and its
+embeddings compared with the served version's (components/checks/drift.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from components import drift, label_agreement
+from components.checks import drift, label_agreement
 from components.contract import TRAIN_SPLIT
-from components.served_versions import load_served_state
+from components.storage.served_versions import load_served_state
 from components.validation_gate import scoring
 
 # Fewer scored records than this say more about the sample than about the labels.
@@ -70,7 +70,7 @@ def check_labels(
 
 def _embedding_shift(model_dir: str, embeddings, version: str) -> dict:
     """The Judgement's embedding fields: the scored images' embeddings against the served
-    version's sample of its eval split's (components/drift.py), or why not."""
+    version's sample of its eval split's (components/checks/drift.py), or why not."""
     path = os.path.join(model_dir, drift.EMBEDDING_FILE)
     if embeddings is None:
         return {"embedding_skipped": f"served version {version} exports no embeddings"}

@@ -1,7 +1,7 @@
 """A sample of a split's records scored by the served model, as a Beam step: the split's
 TFRecord files read, one record in k kept (by a hash of its bytes, so the sample does not
 depend on file order or sharding; of the spans asked for only), batched and scored by
-Beam's RunInference with the served SavedModel (components/model_scoring.py: class
+Beam's RunInference with the served SavedModel (components/checks/model_scoring.py: class
 probabilities and embeddings in one pass per batch), and collected into one file in the
 gate's output, which the executor reads back. The model and the output are artifacts, so the
 step runs on whichever runner the pipeline's Beam arguments name."""
@@ -22,7 +22,7 @@ import tensorflow as tf
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 from tfx.dsl.io import fileio
 
-from components import model_scoring
+from components.checks import model_scoring
 from components.contract import IMAGE_KEY, IMAGE_SHAPE, LABEL_KEY, NUM_CLASSES, RECORD_ID_KEY
 from components.validation_gate import near_copies
 

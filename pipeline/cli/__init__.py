@@ -15,7 +15,7 @@ import traceback
 import warnings
 from pathlib import Path
 
-from components import object_store
+from components.storage import object_store
 from pipeline.cli import compile as compile_command
 from pipeline.cli import gc, local_kfp, predict, report, rollback, run, status, submit
 from pipeline.common import exit_status, library_log

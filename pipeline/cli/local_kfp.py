@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from components import stack
+from components.runtime import stack
 from pipeline.cli.shared import folder_problem
 from pipeline.common import exit_status
 from pipeline.settings.config import DEFAULT_OUTPUT_DIR

@@ -11,10 +11,10 @@ from pipeline.operations.serving import add_folder_args, serving_model_dir
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from components import object_store, paths
     from components.atomic_pusher.endpoint_api import EndpointNotMoved
     from components.atomic_pusher.lock import PushLockTimeout
     from components.atomic_pusher.rollback import RollbackError, roll_back
+    from components.storage import object_store, paths
 
     folder = serving_model_dir(args)
     if args.to is not None and not args.to.isdigit():

@@ -164,7 +164,7 @@ def _written(output_dir: Path) -> int | None:
 
 
 def _served(output_dir: Path) -> str | None:
-    from components.served_versions import newest_complete_version
+    from components.storage.served_versions import newest_complete_version
 
     return newest_complete_version(str(output_dir / "serving" / MODEL_NAME))
 
@@ -207,8 +207,8 @@ def _run(args: argparse.Namespace, output_dir: Path, night: dict) -> int:
     """The run itself; `night` gets the error line of a run that stopped with one."""
     from components.cifar10_example_gen.sources import SourceError
     from components.cifar10_example_gen.spans import NoNewSpan, SpanError
-    from components.load_test import LoadTestFailed
-    from components.served_versions import ServedVersionChanged
+    from components.serving.load_test import LoadTestFailed
+    from components.storage.served_versions import ServedVersionChanged
     from components.trainer.hardware import PrecisionError
     from components.validation_gate.checks import DataValidationError
     from pipeline.local import report_text

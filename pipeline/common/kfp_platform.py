@@ -15,7 +15,7 @@ from typing import Any
 CLUSTER_ENDPOINT = "http://minio-service.kubeflow:9000"
 STORE_SECRET = "mlpipeline-minio-artifact"
 SECRET_KEYS = {"accesskey": "AWS_ACCESS_KEY_ID", "secretkey": "AWS_SECRET_ACCESS_KEY"}
-# What the steps read the endpoint from (components/object_store.py, boto3 for Beam).
+# What the steps read the endpoint from (components/storage/object_store.py, boto3 for Beam).
 ENDPOINT_VARIABLE = "AWS_ENDPOINT_URL"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from components import object_store
+from components.storage import object_store
 from pipeline.common import compiled_target, kfp_platform
 from pipeline.kfp_ir import (
     build_pipeline_spec,
@@ -24,7 +24,7 @@ from pipeline.settings.config import (
 
 # TFX components open artifacts themselves with tf.io.gfile: gs:// is built in, s3://
 # (AWS S3, MinIO or SeaweedFS through S3_ENDPOINT) needs tensorflow-io in the image, which the
-# current stack has not (components/object_store.py): compiling there refuses s3://.
+# current stack has not (components/storage/object_store.py): compiling there refuses s3://.
 ARTIFACT_STORE_SCHEMES = ("gs://", "s3://")
 
 
@@ -120,13 +120,13 @@ def kubeflow_config(
 
 
 # TFX's step entrypoint, and the wrapper that registers s3:// and exits without the abort
-# tensorflow-io causes at interpreter exit (components/s3_entrypoint.py).
+# tensorflow-io causes at interpreter exit (components/storage/s3_entrypoint.py).
 TFX_ENTRYPOINT = [
     "python",
     "-m",
     "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
 ]
-S3_ENTRYPOINT = ["python", "-m", "components.s3_entrypoint"]
+S3_ENTRYPOINT = ["python", "-m", "components.storage.s3_entrypoint"]
 
 
 def _with_s3_entrypoint(spec: dict) -> None:

@@ -1,6 +1,6 @@
 """What the Evaluator measured, as the run summary keeps it: TFMA's overall and per-class
 accuracy, its confusion matrix and why validation failed, and the per-class check on the
-served version's reference images (components/reference_images.py)."""
+served version's reference images (components/checks/reference_images.py)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import os
 import numpy as np
 
 from components.contract import IMAGE_SHAPE
-from components.tfx_files import split_uri
+from components.storage.tfx_files import split_uri
 
 
 def read_split(

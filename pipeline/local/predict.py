@@ -11,9 +11,9 @@ import sys
 import warnings
 from pathlib import Path
 
-from components import object_store, served_versions
 from components.contract import SAVED_MODEL_FILE
-from components.served_versions import newest_complete_version
+from components.storage import object_store, served_versions
+from components.storage.served_versions import newest_complete_version
 from pipeline.common import exit_status
 from pipeline.settings.config import DEFAULT_OUTPUT_DIR, DEFAULT_SERVING_DIR
 

@@ -24,7 +24,7 @@ from components.contract import (
     SERVED_STATISTICS_FILE,
     TRAIN_SPLIT,
 )
-from components.tfx_files import anomalies_file, statistics_file
+from components.storage.tfx_files import anomalies_file, statistics_file
 from pipeline.local.summary import RunSummary
 
 SAMPLES_PER_CLASS = 8

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from components.contract import RUN_LOGS_KEPT
-from components.progress import PROGRESS_LOGGER
+from components.runtime.progress import PROGRESS_LOGGER
 from pipeline.common import library_log
 from pipeline.local.summary import RunSummary
 from pipeline.settings.config import PipelineConfig, TrainingConfig
@@ -87,7 +87,7 @@ def local_config(
 class _ProgressPrinter(logging.Handler):
     """Turns LocalDagRunner's 'Component X is running/finished' log lines into one
     short line per component, with its duration, and shows the components' own progress
-    (`components.progress`): lasting lines always, live updates on a terminal only, on
+    (`components.runtime.progress`): lasting lines always, live updates on a terminal only, on
     one line that rewrites itself."""
 
     def __init__(self, stream=None) -> None:
@@ -146,8 +146,8 @@ def _logs_to_file(path: Path) -> Iterator[None]:
 
 def outcome(facts: RunSummary, failure: BaseException | None) -> str:
     """How a run ended, for schedulers and people: the run summary's `outcome`."""
-    from components.load_test import LoadTestFailed
-    from components.served_versions import ServedVersionChanged
+    from components.serving.load_test import LoadTestFailed
+    from components.storage.served_versions import ServedVersionChanged
     from components.validation_gate import checks
 
     causes = [failure]
@@ -187,8 +187,8 @@ def failed_step(facts: RunSummary, failure: BaseException | None) -> str | None:
 
 def served_read_key(config: PipelineConfig) -> str:
     """The ServedState step's cache key for this run: what the serving folder holds now
-    (components/served_versions.py), so a rerun reads it again exactly when it changed."""
-    from components.served_versions import read_served_state
+    (components/storage/served_versions.py), so a rerun reads it again exactly when it changed."""
+    from components.storage.served_versions import read_served_state
 
     return read_served_state(config.serving_model_dir).read_key()
 

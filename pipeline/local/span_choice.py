@@ -10,7 +10,7 @@ import hashlib
 
 from components.cifar10_example_gen import spans
 from components.cifar10_example_gen.sources import SourceError, count_records
-from components.served_versions import read_served_state
+from components.storage.served_versions import read_served_state
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,7 +36,7 @@ from components.contract import (
     TRAINING_SUMMARY_FILE,
     VALIDATION_GATE_NODE,
 )
-from components.tfx_files import statistics_file
+from components.storage.tfx_files import statistics_file
 from components.trainer.training_summary import TrainingSummary, strict_from_json
 from pipeline.common.files import write_atomically
 from pipeline.local.evaluation import Evaluation, evaluation_facts, read_json
@@ -52,7 +52,7 @@ class Push:
     # Why nothing was pushed when another version was served meanwhile (outcome
     # served_changed), else None.
     served_changed: str | None = None
-    # How the staged version's load test went (components/atomic_pusher/load_test.py):
+    # How the staged version's load test went (components/serving/load_test.py):
     # "passed: ... in N s", "skipped: ..."; None when nothing was staged.
     load_test: str | None = None
 

@@ -43,7 +43,7 @@ def _size(path: str) -> int:
 
 
 def _version_dirs(serving_model_dir: str) -> list[str]:
-    from components import served_versions
+    from components.storage import served_versions
 
     aside = os.path.join(serving_model_dir, served_versions.ROLLED_BACK_DIR)
     return [os.path.join(serving_model_dir, v) for v in served_versions.complete_versions(

@@ -68,7 +68,7 @@ class Status:
 def _pushed_accuracy(serving_model_dir: str, version: str) -> float | None:
     """The eval accuracy recorded by the night that pushed `version`, if one did."""
 
-    from components import paths
+    from components.storage import paths
 
     folder = paths.join(serving_model_dir, nights.NIGHTS_DIR)
     for name in reversed(paths.listdir(folder)):
@@ -80,7 +80,7 @@ def _pushed_accuracy(serving_model_dir: str, version: str) -> float | None:
 
 
 def read(serving_model_dir: str, now: float | None = None) -> Status:
-    from components.served_versions import complete_versions, read_served_state
+    from components.storage.served_versions import complete_versions, read_served_state
 
     state = read_served_state(serving_model_dir)
     now = time.time() if now is None else now

@@ -7,8 +7,8 @@ import importlib.resources
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from components.checks.reference_images import MAX_CLASS_DROP
 from components.contract import DEFAULT_ENDPOINT_KEEP, DEFAULT_KEEP_VERSIONS, MIN_KEEP_VERSIONS
-from components.reference_images import MAX_CLASS_DROP
 from components.trainer.config import TrainingConfig
 
 # The curated schema, as installed package data (data/ in the source tree).
@@ -89,7 +89,7 @@ class PipelineConfig:
     # retraining with another seed moves accuracy by a few tenths of a point.
     max_regression: float = 0.005
     # On the served version's reference images, a class's accuracy may fall by at most
-    # this much (components/reference_images.py; --max-class-drop).
+    # this much (components/checks/reference_images.py; --max-class-drop).
     max_class_drop: float = MAX_CLASS_DROP
     # After a push the oldest versions beyond this many are removed (never the served one,
     # the one before it, or one a rollback went back to); components/atomic_pusher/retention.py.

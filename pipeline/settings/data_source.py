@@ -10,7 +10,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from components import object_store
+from components.storage import object_store
 
 OFFICIAL_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
 OFFICIAL_MD5 = "c32a1d4ab5d03f1284b67883e8d87530"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from components import stack
 from components.contract import DEFAULT_ENDPOINT_KEEP
+from components.runtime import stack
 from pipeline.settings.config import (
     PipelineConfig,
     TrainingConfig,

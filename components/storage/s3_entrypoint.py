@@ -1,6 +1,6 @@
 """A Kubeflow step's entrypoint when the artifact store is `s3://`: TFX's own
 (`tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor`, same arguments), with
-`s3://` registered for tf.io.gfile first (components/object_store.py) and a quick exit last.
+`s3://` registered for tf.io.gfile first (components/storage/object_store.py) and a quick exit last.
 
 Why not TFX's entrypoint alone: tensorflow-io, which gives tf.io.gfile its `s3://`, makes every
 process that used it abort at interpreter exit ("pure virtual method called", exit status
@@ -27,7 +27,7 @@ TFX_ENTRYPOINT = "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_execut
 def run(argv: list[str]) -> int:
     """TFX's entrypoint with `argv` (its flags, then the Beam arguments); the exit status."""
     import components  # noqa: F401  (Keras 2 and the oneDNN choice, as every entry point)
-    from components import object_store
+    from components.storage import object_store
 
     object_store.enable(object_store.S3)
     from absl import app

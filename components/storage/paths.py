@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import posixpath
 
-from components import object_store
+from components.storage import object_store
 
 
 def is_remote(path: str) -> bool:

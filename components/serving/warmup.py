@@ -1,5 +1,5 @@
 """Warmup records (issue 62 item 3): what TF Serving replays when it loads a version, and what
-the Pusher's load test (components/load_test.py) replays before it commits one.
+the Pusher's load test (components/serving/load_test.py) replays before it commits one.
 
 The Trainer writes into the export's `assets.extra/`:
 
@@ -22,7 +22,7 @@ The Trainer writes into the export's `assets.extra/`:
   this model answered before it was copied anywhere.
 
 The images are PNG (lossless), so the signature decodes exactly the pixels sampled: evenly
-spaced images of the reference set (components/reference_images.py), eval images that stay
+spaced images of the reference set (components/checks/reference_images.py), eval images that stay
 the same from version to version.
 """
 

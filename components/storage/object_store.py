@@ -73,7 +73,7 @@ def refusal(stack_name: str, what: str = "an s3:// path") -> str:
 
 
 def _running_stack_name() -> str:
-    from components import stack
+    from components.runtime import stack
 
     return stack.running_stack().name
 

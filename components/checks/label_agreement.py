@@ -18,8 +18,8 @@ import os
 
 import numpy as np
 
+from components.checks.drift import SHIFT_THRESHOLD, class_shift, every_kth, too_few
 from components.contract import LABEL_NAMES, NUM_CLASSES
-from components.drift import SHIFT_THRESHOLD, class_shift, every_kth, too_few
 
 REFERENCE_FILE = os.path.join("assets.extra", "label_reference.json")
 # Judged when the served version keeps no reference (pushed before references existed): how
@@ -146,7 +146,7 @@ class Judgement:
     shift: float | None = None  # drift.class_shift; None: the reference keeps no sample
     shift_class: int = 0
     shift_skipped: str = ""  # why the shift was not measured
-    # The embeddings' maximum mean discrepancy (components/drift.py), measured by
+    # The embeddings' maximum mean discrepancy (components/checks/drift.py), measured by
     # the gate; None: not measured, and why.
     embedding_shift: float | None = None
     embedding_threshold: float = 0.0

@@ -22,7 +22,7 @@ from components.contract import (
     SERVED_STATE_FILE,
     SERVED_STATISTICS_FILE,
 )
-from components.paths import exists, join, listdir, read_json, read_text
+from components.storage.paths import exists, join, listdir, read_json, read_text
 
 
 def is_complete(serving_model_dir: str, version: str) -> bool:

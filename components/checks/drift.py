@@ -4,13 +4,13 @@ span with what it made of its own eval split.
 - Its class probabilities, class by class, by the two-sample Kolmogorov-Smirnov statistic
   (`class_shift`; black-box shift detection, Lipton et al. 2018; Rabanser et al., "Failing
   Loudly", 2019). The sample of the eval split's probabilities is kept in the label
-  reference (components/label_agreement.py).
+  reference (components/checks/label_agreement.py).
 - Its embeddings (the penultimate layer), by the maximum mean discrepancy (`mmd`).
 
 The Trainer keeps a sample of the eval split's embeddings beside every export
 (`assets.extra/embedding_reference.npz`, which TF Serving ignores and every pusher copies);
 DataValidationGate embeds the records it scores with the served model in the same pass
-(`features`, components/model_scoring.py) and compares. The eval split, not the training
+(`features`, components/checks/model_scoring.py) and compares. The eval split, not the training
 data: the model has fitted its training images, so their embeddings sit apart from any new
 image's, clean or not.
 """

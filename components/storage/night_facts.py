@@ -13,8 +13,8 @@ import json
 import time
 from typing import Any
 
-from components import paths
 from components.contract import STALE_NIGHT_SECONDS
+from components.storage import paths
 
 # The serving folder's record of nights (`status` reads it), and the running nights' facts.
 NIGHTS_DIR = ".nights"

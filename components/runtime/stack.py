@@ -23,7 +23,7 @@ What differs between them, and how each difference is handled here:
 - TensorBoard: TensorFlow 2.21 no longer brings it; requirements-current.in names it.
 
 Importing this module imports nothing but the standard library, so `make` can ask it which
-lock fits the host before any environment exists (`python3 -m components.stack`).
+lock fits the host before any environment exists (`python3 -m components.runtime.stack`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ CURRENT = Stack(
 STACKS = {stack.name: stack for stack in (LEGACY, CURRENT)}
 # kfp.local's own environment on the legacy stack (`make setup-kfp`).
 KFP_VENV = ".venv-kfp"
-CHECKOUT = Path(__file__).resolve().parents[1]
+CHECKOUT = Path(__file__).resolve().parents[2]
 # `make setup` marks the environment with the stack it installed: `.venv/.installed-NAME`.
 INSTALLED_MARK = ".installed-"
 # The glibc to choose a stack for, instead of this host's (the runbook test plays both hosts).
@@ -172,7 +172,7 @@ def choose(requested: str = "", checkout: Path = CHECKOUT) -> tuple[Stack, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python3 -m components.stack [legacy|current|GLIBC]`: prints the stack's name, lock
+    """`python3 -m components.runtime.stack [legacy|current|GLIBC]`: prints the stack's name, lock
     and Python on stdout (for make) and the reason on stderr."""
     args = sys.argv[1:] if argv is None else argv
     try:

@@ -1,9 +1,13 @@
-"""The load test of a staged version (issue 62 item 3), run by the Pusher in a fresh process
-(`python -m components.load_test VERSION_DIR`; components/atomic_pusher/load_test.py) before
-it commits: the version loaded as TF Serving loads it, every warmup record
-(components/warmup.py) replayed through its signature, the answers compared with the ones
-the Trainer kept.
+"""The load test of a staged version (issue 62 item 3): before the Pusher commits a version,
+a fresh Python process (`python -m components.serving.load_test VERSION_DIR`) loads it as TF
+Serving loads it, from its files alone, with nothing the Pusher's process already holds (a
+loaded graph, restored variables) standing in; it replays every warmup record
+(components/serving/warmup.py) through its signature and compares the answers with the ones
+the Trainer kept. A version that fails is not pushed: LoadTestFailed, the staging folder
+removed, the served version untouched (outcome `load_test_failed`, exit status 9). A version
+without warmup records is not pushed either (fail closed).
 
+What the fresh process checks:
 1. `variables/` complete: the index and every data shard it names are there
    (tensorflow/serving#1086: a server loaded a version whose variables were not written yet),
    then `tf.saved_model.load` with the `serve` tag restores every variable (a truncated shard
@@ -13,7 +17,7 @@ the Trainer kept.
    class (a class whose kept probability ties the top within TOLERANCE counts as the same)
    and every probability within TOLERANCE of the kept one.
 
-Prints one JSON line ({"passed", "reason", "records", "images", "max_difference",
+It prints one JSON line ({"passed", "reason", "records", "images", "max_difference",
 "seconds"}); exit status 0 when passed, 1 when not.
 """
 
@@ -22,13 +26,18 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
 
-from components import warmup
+import components
 from components.contract import PROBABILITIES_KEY
+from components.serving import warmup
+from components.storage import paths
 
 # Rounding between the Trainer's call and the replay (another process, maybe another CPU's
 # kernels) moves a probability by about 1e-6; a changed weight moves it by far more.
@@ -113,8 +122,9 @@ def compare(found: np.ndarray, kept: np.ndarray, tolerance: float = TOLERANCE) -
     return difference
 
 
-def load_test(version_dir: str) -> dict:
-    """The test's result (the module's docstring); never raises for a failed test."""
+def replay_here(version_dir: str) -> dict:
+    """The fresh process's test, in this process: its result (the module's docstring); never
+    raises for a failed test."""
     started = time.time()
     result = {"passed": False, "reason": "", "records": 0, "images": 0, "max_difference": None}
     try:
@@ -134,8 +144,80 @@ def load_test(version_dir: str) -> dict:
     return result
 
 
+# A fresh process imports TensorFlow (2-3 s) and loads the model (about 1 s); a process that
+# takes this long is stuck, and the version is not pushed.
+TIMEOUT_SECONDS = 300
+
+
+def _child_env() -> dict[str, str]:
+    """This process's environment with this code first on the path (the child runs the
+    same `components`), and no accelerator: a server's load is judged on CPU."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(components.__file__)))
+    path = os.environ.get("PYTHONPATH", "")
+    return {
+        **os.environ,
+        "PYTHONPATH": root + (os.pathsep + path if path else ""),
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+
+
+def load_test(staged: str, timeout: float = TIMEOUT_SECONDS) -> str:
+    """Runs the test on the staged folder: one line saying how it went (records, largest
+    difference, seconds end to end) when it passed; LoadTestFailed when not, or when the
+    folder has no warmup records to replay.
+    A staged folder on an object store is read back into a local folder first, every file
+    as the store holds it: the fresh process then needs no store of its own (tensorflow-io's
+    s3:// aborts a process at exit, tensorflow/io#2039)."""
+    if not paths.exists(os.path.join(staged, warmup.WARMUP_FILE)):
+        raise LoadTestFailed(
+            f"the staged version cannot be load-tested: {warmup.WARMUP_FILE} is missing "
+            "(no warmup records; nothing pushed, the served version stays)"
+        )
+    if not paths.is_remote(staged):
+        return _run_child(staged, timeout)
+    local = tempfile.mkdtemp(prefix="load-test-")
+    try:
+        from tfx.utils import io_utils
+
+        io_utils.copy_dir(staged, local)
+        return _run_child(local, timeout)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+
+
+def _run_child(staged: str, timeout: float) -> str:
+    started = time.time()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "components.serving.load_test", staged],
+            capture_output=True,
+            text=True,
+            env=_child_env(),
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise LoadTestFailed(f"load test: no answer within {timeout:g} s; nothing pushed") from None
+    seconds = time.time() - started
+    lines = done.stdout.strip().splitlines()
+    try:
+        result = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        result = {"passed": False, "reason": f"the process ended ({done.returncode}): {tail}"}
+    if not result.get("passed") or done.returncode != 0:
+        raise LoadTestFailed(
+            f"the staged version failed its load test ({result.get('reason')}); "
+            "nothing pushed, the served version stays"
+        )
+    return (
+        f"passed: {result['records']} warmup records ({result['images']} images) replayed, "
+        f"largest difference "
+        f"{result['max_difference']:.2g}, in {seconds:.1f} s (a fresh process, end to end)"
+    )
+
+
 def main(argv: list[str]) -> int:
-    result = load_test(argv[1])
+    result = replay_here(argv[1])
     print(json.dumps(result), flush=True)
     return 0 if result["passed"] else 1
 
