@@ -309,7 +309,7 @@ def main() -> None:
     output_dir = Path(args.output_dir or tempfile.mkdtemp(prefix="cifar10-bench-"))
     output_dir.mkdir(parents=True, exist_ok=True)
     arrays = load_arrays(source)
-    results: dict = {"source": source}
+    results: dict = {"source": source, "measured": bench_docs.measured_facts()}
     print(f"(a) classic recipe, {args.classic_epochs} epochs ...", flush=True)
     results["classic"] = classic_recipe(arrays, args.classic_epochs)
     print("(b) throughput probe ...", flush=True)

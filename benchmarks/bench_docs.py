@@ -11,7 +11,8 @@ table is SUMMARY_HEADER and those rows, verbatim, in the page's order. Other kin
 sections are left byte for byte as they were, and each file is replaced atomically (a
 temporary file in the same folder, then os.replace), so a failed write leaves the old one.
 
-Standard library only, plus components.trainer.hardware (no TensorFlow at import).
+Standard library only, plus components.trainer.hardware and components.runtime.stack (no
+TensorFlow at import).
 `python -m benchmarks.bench_docs --check` fails when the README's table and the page
 disagree; `python -m benchmarks.bench_docs BENCH_JSON` writes the docs from a saved bench.
 """
@@ -28,16 +29,22 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
 from benchmarks.bench_table import model_checks_text
 from components.contract import TRAINER_NODE
+from components.runtime import stack
 from components.trainer.hardware import REPORTED_CPU_FLAGS, read_cpu_facts
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PERFORMANCE_PAGE = REPO_ROOT / "docs" / "performance.md"
+# The commit a tree without git was copied from (stack/debian13-check.sh --bench sets it).
+SOURCE_COMMIT_VARIABLE = "CIFAR10_SOURCE_COMMIT"
+# The current stack's figures are a section of their own: the same CPU on TF 2.21 must not
+# overwrite its TF 2.16 ones.
+CURRENT_STACK_SUFFIX = "-current-stack"
 README = REPO_ROOT / "README.md"
 KIND = re.compile(r"[a-z0-9][a-z0-9-]*")
 SECTION = re.compile(
@@ -104,8 +111,9 @@ def detect_machine(cpuinfo_path: str = "/proc/cpuinfo", environ=None) -> Machine
     fields = _cpuinfo_fields(cpuinfo_path)
     family = fields.get("cpu family", "")
     isa = environ.get("ONEDNN_MAX_CPU_ISA", "")
+    suffix = CURRENT_STACK_SUFFIX if stack.running_stack() is stack.CURRENT else ""
     return Machine(
-        kind=cpu_kind(flags, isa, platform.machine()),
+        kind=cpu_kind(flags, isa, platform.machine()) + suffix,
         vendor=fields.get("vendor_id", ""),
         model=model,
         family_model=f"family {family} model {fields.get('model', '?')}" if family else "",
@@ -150,7 +158,9 @@ def measured_on() -> str:
 
 def run_facts() -> dict[str, str]:
     """Commit, date, OS and stack of the bench that is being written down."""
-    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
+    commit = (
+        _git("rev-parse", "--short", "HEAD") or os.environ.get(SOURCE_COMMIT_VARIABLE) or "unknown"
+    )
     # The docs a previous bench rewrote do not change what is measured.
     if _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs", ":!README.md"):
         commit += " with uncommitted changes"
@@ -340,6 +350,12 @@ def atomic_write(path: Path, text: str) -> None:
         raise
 
 
+def measured_facts(machine: Machine | None = None, facts: dict | None = None) -> dict:
+    """What a bench keeps in bench.json of where it ran, so that its docs can be written
+    elsewhere (`python -m benchmarks.bench_docs BENCH_JSON`) as the measuring host's."""
+    return {"machine": asdict(machine or detect_machine()), "facts": facts or run_facts()}
+
+
 def write_docs(
     results: dict,
     performance: Path = PERFORMANCE_PAGE,
@@ -349,7 +365,11 @@ def write_docs(
 ) -> str:
     """Writes this bench's section into `performance` and the README table from it.
     Both new texts are built before either file is replaced. Returns the kind written."""
+    measured = results.get("measured", {})
+    if machine is None and "machine" in measured:
+        machine = Machine(**{**measured["machine"], "flags": tuple(measured["machine"]["flags"])})
     machine = machine or detect_machine()
+    facts = facts or measured.get("facts")
     page = replace_section(
         Path(performance).read_text(encoding="utf-8"),
         machine.kind,

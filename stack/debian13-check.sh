@@ -10,10 +10,21 @@
 # 4. the same tiny run on the host stack (.venv); then each stack's pushed model served by the
 #    other stack (`predict`), its answers equal to the ones its own stack gives.
 #
-#   stack/debian13-check.sh ROOTFS [PYTEST_ARGS...]
+# With --bench (`make bench-current-stack`), instead of 3 and 4: a full-size `run` (as `make
+# run`) and `make bench` inside, on $CIFAR10_DATA, and the bench's figures written into the
+# host's docs as this CPU kind's current-stack section (benchmarks/bench_docs.py).
+#
+#   stack/debian13-check.sh ROOTFS [--bench | PYTEST_ARGS...]
 set -euo pipefail
-ROOTFS=${1:?usage: $0 ROOTFS [PYTEST_ARGS...]}
+ROOTFS=${1:?usage: $0 ROOTFS [--bench | PYTEST_ARGS...]}
 shift
+BENCH=
+if [ "${1:-}" = --bench ]; then
+  BENCH=1
+  shift
+  [ -f "${CIFAR10_DATA:-}" ] ||
+    { echo "error: --bench needs CIFAR10_DATA, the archive to train on (make sets it)" >&2; exit 1; }
+fi
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 PACKAGES=python3,python3-venv,python3-dev,build-essential,ca-certificates
 HOST_UV_CACHE=${UV_CACHE_DIR:-$HOME/.cache/uv}
@@ -92,6 +103,28 @@ echo "== [${SECONDS}s] installing the project as the image does (stack/install.s
 in_root "stack/install.sh python3 /opt/venv requirements-current.lock" >"$ROOTFS$CHECK/install.log" 2>&1 ||
   { tail -20 "$ROOTFS$CHECK/install.log" >&2; exit 1; }
 in_root "python -c 'import sys, tfx, tensorflow as tf, google.protobuf as pb; print(\"Python\", sys.version.split()[0], \"TFX\", tfx.__version__, \"TensorFlow\", tf.__version__, \"protobuf\", pb.__version__)'" 2>/dev/null
+
+if [ -n "$BENCH" ]; then
+  bind "$(dirname "$(realpath "$CIFAR10_DATA")")" "$ROOTFS$CHECK/data"
+  data="$CHECK/data/$(basename "$(realpath "$CIFAR10_DATA")")"
+  commit=$(git -C "$REPO" rev-parse --short HEAD)
+  [ -z "$(git -C "$REPO" status --porcelain --untracked-files=no -- . ':!docs' ':!README.md')" ] ||
+    commit="$commit with uncommitted changes"
+  echo "== [${SECONDS}s] a full-size run on the current stack (as make run)"
+  started=$SECONDS
+  in_root "cifar10-pipeline run --data $data --output-dir $CHECK/run" >"$ROOTFS$CHECK/run.log" 2>&1 ||
+    { tail -20 "$ROOTFS$CHECK/run.log" >&2; exit 1; }
+  grep -E "^(outcome|eval accuracy|precision)" "$ROOTFS$CHECK/run.log" || true
+  echo "run: exit status 0 in $((SECONDS - started)) s wall (full log: $ROOTFS$CHECK/run.log)"
+  echo "== [${SECONDS}s] make bench on the current stack"
+  in_root "CIFAR10_SOURCE_COMMIT='$commit' python -m benchmarks.bench --no-docs --data $data \
+    --output-dir $CHECK/bench"
+  mkdir -p "$REPO/outputs"
+  cp "$ROOTFS$CHECK/bench/bench.json" "$REPO/outputs/bench-current-stack.json"
+  "$REPO/.venv/bin/python" -m benchmarks.bench_docs "$REPO/outputs/bench-current-stack.json"
+  echo "== [${SECONDS}s] done"
+  exit 0
+fi
 
 echo "== [${SECONDS}s] unit tests on the current stack"
 in_root "python -m pytest -p no:cacheprovider -n 2 --dist loadgroup -m 'not integration and not s3_store' -q $*"

@@ -233,3 +233,36 @@ def test_a_host_without_git_names_the_commit_unknown(monkeypatch, tmp_path):
     facts = bench_docs.run_facts()
     assert facts["commit"] == "unknown"
     assert bench_docs.measured_on().startswith("commit unknown, ")
+
+
+def test_a_copied_tree_names_the_commit_it_was_copied_from(monkeypatch, tmp_path):
+    """The Debian 13 bench runs a copy without git; the script that copies it says which commit
+    (CIFAR10_SOURCE_COMMIT), and a figure carries it."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv(bench_docs.SOURCE_COMMIT_VARIABLE, "ffbe507 with uncommitted changes")
+    assert bench_docs.run_facts()["commit"] == "ffbe507 with uncommitted changes"
+
+
+def test_the_current_stack_has_its_own_section_beside_the_legacy_ones(tmp_path, monkeypatch):
+    """The same CPU measured on TF 2.21 must not overwrite its TF 2.16 figures."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("vendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\nflags\t\t: avx2 fma\n")
+    from components.runtime import stack
+
+    monkeypatch.setattr(stack, "running_stack", lambda: stack.LEGACY)
+    assert bench_docs.detect_machine(str(cpuinfo), {}).kind == "avx2-float32"
+    monkeypatch.setattr(stack, "running_stack", lambda: stack.CURRENT)
+    assert bench_docs.detect_machine(str(cpuinfo), {}).kind == "avx2-float32-current-stack"
+
+
+def test_a_saved_bench_is_written_as_the_machine_and_stack_that_measured_it(docs):
+    """`python -m benchmarks.bench_docs BENCH_JSON` on another host (the Debian 13 bench's
+    results written from the host) keeps the measuring machine, stack and commit."""
+    performance, readme = docs
+    measured = bench_docs.measured_facts(_machine("avx2-float32-current-stack", "D13 CPU"), FACTS)
+    results = {**_results(wall=222.0), "measured": measured}
+    kind = bench_docs.write_docs(results, performance, readme)
+    assert kind == "avx2-float32-current-stack"
+    section = bench_docs.sections(performance.read_text())[kind]
+    assert "| 222 s |" in section and "D13 CPU" in section and "abc1234" in section
+    assert "| `avx2-float32-current-stack` | D13 CPU, 2 cores |" in readme.read_text()
