@@ -11,8 +11,7 @@ table is SUMMARY_HEADER and those rows, verbatim, in the page's order. Other kin
 sections are left byte for byte as they were, and each file is replaced atomically (a
 temporary file in the same folder, then os.replace), so a failed write leaves the old one.
 
-Standard library only, plus components.trainer.hardware and components.runtime.stack (no
-TensorFlow at import).
+The figures' rows come from benchmarks/bench_table.py; nothing here imports TensorFlow.
 `python -m benchmarks.bench_docs --check` fails when the README's table and the page
 disagree; `python -m benchmarks.bench_docs BENCH_JSON` writes the docs from a saved bench.
 """
@@ -25,7 +24,6 @@ import json
 import os
 import platform
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,8 +31,7 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
-from benchmarks.bench_table import model_checks_text
-from components.contract import TRAINER_NODE
+from benchmarks.bench_table import percent, section_rows
 from components.runtime import stack
 from components.trainer.hardware import REPORTED_CPU_FLAGS, read_cpu_facts
 
@@ -173,89 +170,9 @@ def run_facts() -> dict[str, str]:
     }
 
 
-def _percent(value: float | None) -> str:
-    return "none" if value is None else f"{100 * value:.2f}%"
-
-
 def _cpu(machine: Machine) -> str:
     cores = f", {machine.cores} cores" if machine.cores else ""
     return f"{machine.model}{cores}"
-
-
-def _python(peak: dict, outside: float) -> str:
-    """The host's interpreter speed, which most of the time outside the fit follows, and
-    that time in its units, so the figure compares between hosts of one kind."""
-    seconds = peak.get("python_seconds")
-    if not seconds:
-        return "not measured"
-    return f"{seconds:.2f} s (everything but the fit = {outside / seconds:.0f} times that)"
-
-
-def _rows(results: dict) -> list[tuple[str, str]]:
-    """The figures a reader compares between kinds, from bench.json's structure."""
-    run, peak, classic = results["pipeline"], results["peak"], results["classic"]
-    s = run["summary"]
-    fit, wall = s["fit_seconds"], run["wall_seconds"]
-    outside = {name: sec for name, sec in s["stage_seconds"].items() if name != TRAINER_NODE}
-    outside["Trainer outside the fit"] = s["trainer_seconds"] - fit
-    epochs = [e["seconds"] for e in s["history"]]
-    build = s["trainer_seconds"] - s["load_seconds"] - fit - s["export_seconds"]
-    efficiency = s["training_flops"] / fit / 1e9 if fit else 0.0
-    probe = next(iter(results["probe"]["settings"].values()))["images_per_second"]
-    ttr, to_84 = run.get("time_to_80_seconds"), run.get("training_flops_to_84")
-    rows = [
-        ("whole pipeline, ingest to push", f"{wall:.0f} s wall ({s['total_seconds']} s its own)"),
-        (
-            "eval accuracy",
-            f"{_percent(s.get('eval_accuracy'))}, {'blessed' if s['blessed'] else 'not blessed'}",
-        ),
-        ("precision", f"{s['precision']} ({s['precision_reason']})"),
-        (
-            "Trainer = load + build + fit + export",
-            f"{s['trainer_seconds']:.1f} = {s['load_seconds']:.1f} + {build:.1f} + "
-            f"{fit:.1f} + {s['export_seconds']:.1f} s",
-        ),
-        (
-            "epochs (first; median of the rest)",
-            f"{epochs[0]:.1f}; {statistics.median(epochs[1:]):.1f} s" if len(epochs) > 1 else "n/a",
-        ),
-        (
-            "everything but the fit",
-            f"{wall - fit:.0f} s: "
-            + ", ".join(f"{name} {seconds:.1f}" for name, seconds in outside.items()),
-        ),
-        ("single-threaded Python: sum(range(10**8))", _python(peak, wall - fit)),
-        ("training FLOPs", f"{s['training_flops']:.3g}"),
-        (
-            "efficiency: fit GFLOP/s / TF's 3x3 conv",
-            f"{efficiency / peak['conv3x3_gflops']:.2f} ({efficiency:.0f} against "
-            f"{peak['conv3x3_gflops']:.0f}; matmul {peak['matmul_gflops']:.0f})",
-        ),
-        (
-            "throughput probe, images/s (x default)",
-            f"default {probe:.0f}; "
-            + ", ".join(
-                f"{name} {m['images_per_second']:.0f} ({m['images_per_second'] / probe:.2f})"
-                for name, m in list(results["probe"]["settings"].items())[1:]
-            ),
-        ),
-        (
-            "classic recipe, s per epoch of 50,000 images",
-            f"{classic['seconds_per_50k_epoch']:.1f} (pipeline = "
-            f"{wall / classic['seconds_per_50k_epoch']:.1f} classic epochs)",
-        ),
-        ("time to 80% eval accuracy", "not reached" if ttr is None else f"{ttr:.0f} s"),
-        (
-            "training FLOPs to 84% eval accuracy",
-            "not reached" if to_84 is None else f"{to_84:.3g}",
-        ),
-    ]
-    if results.get("model_checks"):
-        rows.append(("model-aware checks, a next night (s)", model_checks_text(results)))
-    serving = [line for line in results.get("serving", "").splitlines()[1:] if line.strip()]
-    if serving:
-        rows.append(("serving, the pushed model", "; ".join(" ".join(x.split()) for x in serving)))
-    return rows
 
 
 def render_section(results: dict, machine: Machine, facts: dict[str, str]) -> str:
@@ -263,7 +180,7 @@ def render_section(results: dict, machine: Machine, facts: dict[str, str]) -> st
     s = results["pipeline"]["summary"]
     summary = (
         f"| `{machine.kind}` | {_cpu(machine)} | {s['precision']} | "
-        f"{results['pipeline']['wall_seconds']:.0f} s | {_percent(s.get('eval_accuracy'))} | "
+        f"{results['pipeline']['wall_seconds']:.0f} s | {percent(s.get('eval_accuracy'))} | "
         f"{facts['commit']} | `make bench`, {facts['date']} |\n"
     )
     flags = " ".join(f for f in REPORTED_CPU_FLAGS if f in machine.flags) or "none reported"
@@ -283,7 +200,7 @@ def render_section(results: dict, machine: Machine, facts: dict[str, str]) -> st
         "",
         "| what | figure |",
         "|---|---|",
-        *(f"| {what} | {figure.replace('|', '/')} |" for what, figure in _rows(results)),
+        *(f"| {what} | {figure.replace('|', '/')} |" for what, figure in section_rows(results)),
         "",
         f"<!-- bench:{machine.kind}:end -->",
     ]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import statistics
+
 import numpy as np
 
+from components.contract import TRAINER_NODE
 from pipeline.local.summary import RunSummary
 
 
@@ -168,3 +171,83 @@ def model_checks_text(results: dict) -> str:
         f"{checks['reference_seconds']:.1f}"
         + ("" if growth is None else f"; peak memory +{growth:,.0f} MB")
     )
+
+
+def percent(value: float | None) -> str:
+    return "none" if value is None else f"{100 * value:.2f}%"
+
+
+def _python(peak: dict, outside: float) -> str:
+    """The host's interpreter speed, which most of the time outside the fit follows, and
+    that time in its units, so the figure compares between hosts of one kind."""
+    seconds = peak.get("python_seconds")
+    if not seconds:
+        return "not measured"
+    return f"{seconds:.2f} s (everything but the fit = {outside / seconds:.0f} times that)"
+
+
+def section_rows(results: dict) -> list[tuple[str, str]]:
+    """The figures a reader compares between kinds, from bench.json's structure."""
+    run, peak, classic = results["pipeline"], results["peak"], results["classic"]
+    s = run["summary"]
+    fit, wall = s["fit_seconds"], run["wall_seconds"]
+    outside = {name: sec for name, sec in s["stage_seconds"].items() if name != TRAINER_NODE}
+    outside["Trainer outside the fit"] = s["trainer_seconds"] - fit
+    epochs = [e["seconds"] for e in s["history"]]
+    build = s["trainer_seconds"] - s["load_seconds"] - fit - s["export_seconds"]
+    efficiency = s["training_flops"] / fit / 1e9 if fit else 0.0
+    probe = next(iter(results["probe"]["settings"].values()))["images_per_second"]
+    ttr, to_84 = run.get("time_to_80_seconds"), run.get("training_flops_to_84")
+    rows = [
+        ("whole pipeline, ingest to push", f"{wall:.0f} s wall ({s['total_seconds']} s its own)"),
+        (
+            "eval accuracy",
+            f"{percent(s.get('eval_accuracy'))}, {'blessed' if s['blessed'] else 'not blessed'}",
+        ),
+        ("precision", f"{s['precision']} ({s['precision_reason']})"),
+        (
+            "Trainer = load + build + fit + export",
+            f"{s['trainer_seconds']:.1f} = {s['load_seconds']:.1f} + {build:.1f} + "
+            f"{fit:.1f} + {s['export_seconds']:.1f} s",
+        ),
+        (
+            "epochs (first; median of the rest)",
+            f"{epochs[0]:.1f}; {statistics.median(epochs[1:]):.1f} s" if len(epochs) > 1 else "n/a",
+        ),
+        (
+            "everything but the fit",
+            f"{wall - fit:.0f} s: "
+            + ", ".join(f"{name} {seconds:.1f}" for name, seconds in outside.items()),
+        ),
+        ("single-threaded Python: sum(range(10**8))", _python(peak, wall - fit)),
+        ("training FLOPs", f"{s['training_flops']:.3g}"),
+        (
+            "efficiency: fit GFLOP/s / TF's 3x3 conv",
+            f"{efficiency / peak['conv3x3_gflops']:.2f} ({efficiency:.0f} against "
+            f"{peak['conv3x3_gflops']:.0f}; matmul {peak['matmul_gflops']:.0f})",
+        ),
+        (
+            "throughput probe, images/s (x default)",
+            f"default {probe:.0f}; "
+            + ", ".join(
+                f"{name} {m['images_per_second']:.0f} ({m['images_per_second'] / probe:.2f})"
+                for name, m in list(results["probe"]["settings"].items())[1:]
+            ),
+        ),
+        (
+            "classic recipe, s per epoch of 50,000 images",
+            f"{classic['seconds_per_50k_epoch']:.1f} (pipeline = "
+            f"{wall / classic['seconds_per_50k_epoch']:.1f} classic epochs)",
+        ),
+        ("time to 80% eval accuracy", "not reached" if ttr is None else f"{ttr:.0f} s"),
+        (
+            "training FLOPs to 84% eval accuracy",
+            "not reached" if to_84 is None else f"{to_84:.3g}",
+        ),
+    ]
+    if results.get("model_checks"):
+        rows.append(("model-aware checks, a next night (s)", model_checks_text(results)))
+    serving = [line for line in results.get("serving", "").splitlines()[1:] if line.strip()]
+    if serving:
+        rows.append(("serving, the pushed model", "; ".join(" ".join(x.split()) for x in serving)))
+    return rows

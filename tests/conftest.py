@@ -35,10 +35,33 @@ SHARED_RUN_FIXTURES = ("first_run", "scenario", "trained", "bf16_run", "kubeflow
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        for name in SHARED_RUN_FIXTURES:
-            if name in item.fixturenames:
-                item.add_marker(pytest.mark.xdist_group(name))
-                break
+        group = shared_group(item)
+        if group and not any(item.iter_markers("xdist_group")):
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def module_fixtures(item) -> list[str]:
+    """The module-scoped fixtures a test module defines for itself and `item` uses: built
+    once per worker that runs one of its tests, so its tests belong on one worker."""
+    module = item.nodeid.split("::")[0]
+    info = getattr(item, "_fixtureinfo", None)
+    found = []
+    for name, defs in info.name2fixturedefs.items() if info else ():
+        if any(d.scope == "module" and d.baseid == module for d in defs):
+            found.append(name)
+    return sorted(found)
+
+
+def shared_group(item) -> str:
+    """The xdist group of a test that shares a built fixture: a session run, or else its
+    module's module-scoped fixtures (one group per module, whichever of them a test uses);
+    "" for a test that shares nothing costly."""
+    for name in SHARED_RUN_FIXTURES:
+        if name in item.fixturenames:
+            return name
+    if not module_fixtures(item):
+        return ""
+    return item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py") + "_module"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -195,3 +195,21 @@ def test_compile_on_the_current_stack_refuses_tpu_training_without_a_tpu_image(
     assert cli.main([*args, *cpu]) == 0  # CPU workers need no TPU image
     named = ["--tpu-image", "r/cifar10-tpu:1", "--output", str(tmp_path / "named.json")]
     assert cli.main([*args, *named]) == 0
+
+
+@pytest.mark.parametrize("data", ["", "/no/such/archive.tar.gz"])
+def test_the_current_stack_bench_refuses_to_start_without_its_data(tmp_path, data):
+    """`make bench-current-stack` trains on $CIFAR10_DATA: without it, one line before
+    anything is built, copied or mounted."""
+    import subprocess
+
+    env = {"PATH": "/usr/bin:/bin", "CIFAR10_DATA": data}
+    done = subprocess.run(
+        [str(REPO_ROOT / "stack" / "debian13-check.sh"), str(tmp_path / "root"), "--bench"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "error: --bench needs CIFAR10_DATA, the archive to train on (make sets it)"
+    )
+    assert not (tmp_path / "root").exists()

@@ -5,7 +5,7 @@ conftest's marks unless the conftest hook runs first: this test fails in either 
 
 import pytest
 
-from conftest import SHARED_RUN_FIXTURES
+from conftest import SHARED_RUN_FIXTURES, module_fixtures
 
 
 def groups(item) -> set[str]:
@@ -26,3 +26,19 @@ def test_tests_sharing_a_run_are_scheduled_as_one_group(request):
     # loadgroup schedules by the "@group" suffix it writes into each grouped node id
     for item in grouped:
         assert item.nodeid.endswith("@" + "_".join(sorted(groups(item)))), item.nodeid
+
+
+def test_tests_sharing_their_modules_fixture_are_scheduled_as_one_group(request):
+    """A module-scoped fixture (a trained model, a not-blessed run) is built once per worker
+    that runs one of its tests: spread over two workers, it was built twice."""
+    items = request.session.items
+    sharing = [i for i in items if module_fixtures(i)]
+    if not sharing:
+        pytest.skip("no selected test uses a module-scoped fixture of its own module")
+    for item in sharing:
+        assert groups(item), f"{item.nodeid}: uses {module_fixtures(item)} but has no group"
+    by_module = {}
+    for item in sharing:
+        by_module.setdefault(item.nodeid.split("::")[0], set()).add(frozenset(groups(item)))
+    spread = {module: found for module, found in by_module.items() if len(found) > 1}
+    assert not spread, f"a module's fixtures shared by tests in several groups: {spread}"
