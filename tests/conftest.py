@@ -34,10 +34,35 @@ SHARED_RUN_FIXTURES = ("first_run", "scenario", "trained", "bf16_run", "kubeflow
 # otherwise runs before this one and never sees these marks.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    # A test that shares a session run goes with it; then a test that shares its module's
+    # module-scoped fixture goes where that fixture's other tests went (a run's group if one
+    # of them is in it, else one group per module).
+    taken = {}
     for item in items:
-        group = shared_group(item)
-        if group and not any(item.iter_markers("xdist_group")):
+        if any(item.iter_markers("xdist_group")):
+            group = "_".join(sorted(str(m.args[0]) for m in item.iter_markers("xdist_group")))
+        else:
+            group = next((n for n in SHARED_RUN_FIXTURES if n in item.fixturenames), "")
+            if group:
+                item.add_marker(pytest.mark.xdist_group(group))
+        for name in module_fixtures(item) if group else ():
+            taken.setdefault(_fixture_key(item, name), group)
+    for item in items:
+        fixtures = module_fixtures(item)
+        if fixtures and not any(item.iter_markers("xdist_group")):
+            found = [taken[k] for k in (_fixture_key(item, n) for n in fixtures) if k in taken]
+            group = found[0] if found else _module_stem(item) + "_module"
             item.add_marker(pytest.mark.xdist_group(group))
+            for name in fixtures:
+                taken.setdefault(_fixture_key(item, name), group)
+
+
+def _module_stem(item) -> str:
+    return item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
+
+
+def _fixture_key(item, name: str) -> str:
+    return f"{item.nodeid.split('::')[0]}::{name}"
 
 
 def module_fixtures(item) -> list[str]:
@@ -50,18 +75,6 @@ def module_fixtures(item) -> list[str]:
         if any(d.scope == "module" and d.baseid == module for d in defs):
             found.append(name)
     return sorted(found)
-
-
-def shared_group(item) -> str:
-    """The xdist group of a test that shares a built fixture: a session run, or else its
-    module's module-scoped fixtures (one group per module, whichever of them a test uses);
-    "" for a test that shares nothing costly."""
-    for name in SHARED_RUN_FIXTURES:
-        if name in item.fixturenames:
-            return name
-    if not module_fixtures(item):
-        return ""
-    return item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py") + "_module"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -37,8 +37,10 @@ def test_tests_sharing_their_modules_fixture_are_scheduled_as_one_group(request)
         pytest.skip("no selected test uses a module-scoped fixture of its own module")
     for item in sharing:
         assert groups(item), f"{item.nodeid}: uses {module_fixtures(item)} but has no group"
-    by_module = {}
+    by_fixture = {}
     for item in sharing:
-        by_module.setdefault(item.nodeid.split("::")[0], set()).add(frozenset(groups(item)))
-    spread = {module: found for module, found in by_module.items() if len(found) > 1}
-    assert not spread, f"a module's fixtures shared by tests in several groups: {spread}"
+        for name in module_fixtures(item):
+            key = f"{item.nodeid.split('::')[0]}::{name}"
+            by_fixture.setdefault(key, set()).add(frozenset(groups(item)))
+    spread = {key: found for key, found in by_fixture.items() if len(found) > 1}
+    assert not spread, f"a module fixture's tests in several groups: {spread}"
