@@ -137,9 +137,9 @@ DEBIAN13_ROOT ?= /var/tmp/cifar10-debian13
 test-current-stack: $(STAMP)
 	stack/debian13-check.sh $(DEBIAN13_ROOT) $(ARGS)
 
-# `make run` and `make bench` at full size in that Debian 13 root (root only, 30-40 minutes on
-# 2 cores); the bench's figures go into docs/performance.md as this CPU kind's
-# `-current-stack` section.
+# `make bench` (a full-size run among it) in that Debian 13 root (root only, about 20 minutes
+# on 2 cores); its figures go into docs/performance.md as this CPU kind's `-current-stack`
+# section.
 bench-current-stack: $(STAMP)
 	stack/debian13-check.sh $(DEBIAN13_ROOT) --bench
 

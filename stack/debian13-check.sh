@@ -10,9 +10,9 @@
 # 4. the same tiny run on the host stack (.venv); then each stack's pushed model served by the
 #    other stack (`predict`), its answers equal to the ones its own stack gives.
 #
-# With --bench (`make bench-current-stack`), instead of 3 and 4: a full-size `run` (as `make
-# run`) and `make bench` inside, on $CIFAR10_DATA, and the bench's figures written into the
-# host's docs as this CPU kind's current-stack section (benchmarks/bench_docs.py).
+# With --bench (`make bench-current-stack`), instead of 3 and 4: `make bench` inside, on
+# $CIFAR10_DATA (its pipeline step is a full-size `run --no-cache`), and its figures written
+# into the host's docs as this CPU kind's current-stack section (benchmarks/bench_docs.py).
 #
 #   stack/debian13-check.sh ROOTFS [--bench | PYTEST_ARGS...]
 set -euo pipefail
@@ -110,13 +110,7 @@ if [ -n "$BENCH" ]; then
   commit=$(git -C "$REPO" rev-parse --short HEAD)
   [ -z "$(git -C "$REPO" status --porcelain --untracked-files=no -- . ':!docs' ':!README.md')" ] ||
     commit="$commit with uncommitted changes"
-  echo "== [${SECONDS}s] a full-size run on the current stack (as make run)"
-  started=$SECONDS
-  in_root "cifar10-pipeline run --data $data --output-dir $CHECK/run" >"$ROOTFS$CHECK/run.log" 2>&1 ||
-    { tail -20 "$ROOTFS$CHECK/run.log" >&2; exit 1; }
-  grep -E "^(outcome|eval accuracy|precision)" "$ROOTFS$CHECK/run.log" || true
-  echo "run: exit status 0 in $((SECONDS - started)) s wall (full log: $ROOTFS$CHECK/run.log)"
-  echo "== [${SECONDS}s] make bench on the current stack"
+  echo "== [${SECONDS}s] make bench on the current stack (its pipeline step: a full-size run)"
   in_root "CIFAR10_SOURCE_COMMIT='$commit' python -m benchmarks.bench --no-docs --data $data \
     --output-dir $CHECK/bench"
   mkdir -p "$REPO/outputs"
