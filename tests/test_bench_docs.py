@@ -210,7 +210,12 @@ def test_cpu_kind(flags, isa, kind):
     assert bench_docs.cpu_kind(flags, isa, "aarch64") == kind
 
 
-def test_detect_machine_reads_cpuinfo(tmp_path):
+def test_detect_machine_reads_cpuinfo(tmp_path, monkeypatch):
+    """Reads the CPU from cpuinfo; the stack suffix has its own test below, so the stack is
+    pinned here (CI runs this file on both stacks)."""
+    from components.runtime import stack
+
+    monkeypatch.setattr(stack, "running_stack", lambda: stack.LEGACY)
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(
         "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n"
