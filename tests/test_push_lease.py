@@ -59,8 +59,10 @@ class Objects:
     def __init__(self, base: str):
         scheme, _, rest = base.partition("://")
         self.bucket, _, self.prefix = rest.partition("/")
-        self.gcs = scheme == "gs"
-        if self.gcs:
+        self.gcs, self.local = scheme == "gs", not rest
+        if self.local:
+            self.prefix = base
+        elif self.gcs:
             from google.cloud import storage
 
             self.client = storage.Client().bucket(self.bucket)
@@ -78,7 +80,10 @@ class Objects:
 
     def read_all(self) -> dict[str, bytes]:
         """name under the serving folder -> content, the lock object left out."""
-        if self.gcs:
+        if self.local:
+            files = (p for p in Path(self.prefix).rglob("*") if p.is_file())
+            found = {str(p): p.read_bytes() for p in files}
+        elif self.gcs:
             blobs = self.client.client.list_blobs(self.bucket, prefix=self.prefix + "/")
             found = {b.name: b.download_as_bytes() for b in blobs}
         else:
@@ -273,14 +278,15 @@ except ImportError:  # the code before the fenced lease: its own knobs
     lock.LEASE_SECONDS, lock.SETTLE_SECONDS, lock.POLL_SECONDS = life, 0.2, 0.05
 model, base, stall = sys.argv[1:4]
 object_store.enable(base)  # what a step's entry point does (components/storage/s3_entrypoint.py)
-real_move, moved = object_store.move_file, []
-def move(source, target):
-    real_move(source, target)
-    moved.append(target)
-    if len(moved) == 1 and stall != "no":
-        print("STALLED", target.rsplit("/", 2)[-2], flush=True)
+real_move = pusher.move_into_place
+def move(staging, final, before_last=None):
+    def stalled():  # every file but saved_model.pb moved: a half version
+        print("STALLED", final.rstrip("/").rsplit("/", 1)[-1], flush=True)
         os.kill(os.getpid(), signal.SIGSTOP if stall == "stop" else signal.SIGKILL)
-object_store.move_file = move
+        if before_last is not None:
+            before_last()
+    real_move(staging, final, before_last=stalled if stall != "no" else before_last)
+pusher.move_into_place = move
 try:
     print("PUSHED", pusher.publish_version(model, base)[1], flush=True)
 except pusher.ServedVersionChanged as err:
@@ -308,35 +314,45 @@ def _model_files(model: str) -> dict[str, bytes]:
     return {**fx.files_under(model), SOURCE_FILE: model.encode()}
 
 
-@pytest.mark.s3_store
+@pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=pytest.mark.s3_store)])
 @pytest.mark.parametrize("stall", ["stop", "kill"])
-def test_the_pusher_itself_on_s3_after_a_holder_stalled_or_died_mid_move(
-    stall, s3_server, tmp_path, monkeypatch
+def test_the_pusher_itself_after_a_holder_stalled_or_died_mid_move(
+    where, stall, tmp_path, monkeypatch, request
 ):
-    """The Pusher's own commit (publish_version, files moved through the S3 API) in real
-    processes: the first is stopped (SIGSTOP) or killed after moving one file; the next
-    push takes the lease over, removes the first's staging and half version, and commits
-    its model whole. A stopped first push, woken, commits nothing (PushLeaseLost). Left in
-    the serving folder: the next push's version and the lease object only."""
-    store = (
-        f"s3://{s3_server.bucket}/pusher-{uuid.uuid4().hex[:8]}",
-        {**s3_server.env(), "LEASE_SECONDS": str(LEASE_SECONDS)},
-    )
+    """The Pusher's own commit (publish_version) in real processes, on a local folder (flock
+    and its heartbeat) and on s3:// (files moved through the S3 API): the first is stopped
+    (SIGSTOP) or killed with every file but saved_model.pb moved; the next push takes the lock
+    over within the lease time (not the 600 s wait), removes the first's staging and half
+    version, and commits its model whole. A stopped first push, woken, commits nothing
+    (PushLeaseLost). Left in the serving folder: the next push's version only."""
+    if where == "local":
+        store = (str(tmp_path / "serving"), {"LEASE_SECONDS": str(LEASE_SECONDS)})
+    else:
+        server = request.getfixturevalue("s3_server")
+        store = (
+            f"s3://{server.bucket}/pusher-{uuid.uuid4().hex[:8]}",
+            {**server.env(), "LEASE_SECONDS": str(LEASE_SECONDS)},
+        )
     for name, value in store[1].items():
         monkeypatch.setenv(name, value)
     first_model, next_model = (
         fx.fake_saved_model(tmp_path, "first"),
         fx.fake_saved_model(tmp_path, "next"),
     )
-    first = _publish(store, first_model, stall)
-    (half,) = _numbers("".join(_wait_for(first, "STALLED")), "STALLED")
-    following = _publish(store, next_model)
-    out, err = following.communicate(timeout=300)
-    assert following.returncode == 0, err[-3000:]
-    (number,) = _numbers(out, "PUSHED")
-    if stall == "stop":
-        os.kill(first.pid, signal.SIGCONT)
-    late_out, late_err = first.communicate(timeout=300)
+    first, following = _publish(store, first_model, stall), None
+    try:
+        (half,) = _numbers("".join(_wait_for(first, "STALLED")), "STALLED")
+        following = _publish(store, next_model)
+        out, err = following.communicate(timeout=30 * LEASE_SECONDS)  # the lock waits 600 s
+        assert following.returncode == 0, err[-3000:]
+        (number,) = _numbers(out, "PUSHED")
+        if stall == "stop":
+            os.kill(first.pid, signal.SIGCONT)
+        late_out, late_err = first.communicate(timeout=300)
+    finally:
+        for process in (first, following):
+            if process is not None and process.poll() is None:
+                process.kill()
     left = Objects(store[0]).read_all()
     mine = {n[len(f"{number}/") :]: v for n, v in left.items() if n.startswith(f"{number}/")}
     assert mine == _model_files(next_model) and number > half

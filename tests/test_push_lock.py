@@ -60,6 +60,20 @@ def test_waiting_past_the_timeout_is_a_clear_error(base):
         pass
 
 
+def test_a_live_holder_past_the_lease_time_keeps_the_lock(base, monkeypatch):
+    """Its heartbeat keeps it: a waiter watching for over the lease time still times out,
+    and the holder can still commit; only a silent holder is taken over
+    (tests/test_push_lease.py, SIGSTOP)."""
+    fileio.makedirs(base)
+    monkeypatch.setattr(lease, "LEASE_SECONDS", 0.6)
+    refused = pytest.raises(lock.PushLockTimeout, match="another push has held")
+    with lock.push_lock(base) as held:
+        with refused, lock.push_lock(base, timeout=2.0):
+            pass
+        held.check()
+        assert held.reserve(0) > 0
+
+
 MOUNTS = """\
 /dev/vda / ext4 rw 0 0
 s3fs /mnt/bucket fuse.s3fs rw,nosuid 0 0

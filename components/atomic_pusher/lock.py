@@ -3,8 +3,12 @@ move the staged files in) at a time, so a later commit always gets a higher numb
 `push_lock` yields the holder: `reserve(highest)` gives the version number, `check()` is
 called immediately before the commit point and raises PushLeaseLost when the lock was lost.
 
-Local paths: `fcntl.flock` on the file, which the kernel releases when the holder dies; it
-cannot be lost. Refused on network and FUSE mounts (`refuse_network_mount`), where flock
+Local paths: `fcntl.flock` on the file, which the kernel releases when the holder dies, and
+a heartbeat the holder writes into it every LEASE_SECONDS / 3. A holder that stops beating
+(SIGSTOP, a hung call) for LEASE_SECONDS of a waiter's watching loses the lock: the waiter
+unlinks the file (under a flock on the folder, so two waiters cannot both) and locks a new
+one; the woken holder's `check()` finds the path is no longer its file and raises
+PushLeaseLost. Refused on network and FUSE mounts (`refuse_network_mount`), where flock
 excludes nothing between hosts: the bucket's gs:// or s3:// URL is the way there.
 
 gs:// and s3://: a fenced lease object (components/atomic_pusher/lease.py). Other schemes
@@ -15,15 +19,18 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 
 from components.atomic_pusher import lease
 from components.storage import served_versions
+from components.storage.served_versions import PushLeaseLost
 
 LOCK_NAME = ".push.lock"
 TIMEOUT_SECONDS = 600  # waiting longer than this for the lock is an error
@@ -81,13 +88,62 @@ def refuse_network_mount(path: str, mounts: str | None = None) -> None:
 
 
 class _Flocked:
-    """The holder of a local flock: never lost; numbers past the highest folder."""
+    """The holder of a local flock: numbers past the highest folder; lost only when it stopped
+    beating for LEASE_SECONDS and a waiter broke the lock (module docstring)."""
+
+    def __init__(self, path: str, handle):
+        self.path, self.handle, self.lost, self.owner = path, handle, "", _owner()
+        self.inode = os.fstat(handle.fileno()).st_ino
+        self._guard, self._stop = threading.Lock(), threading.Event()
+        self._beat()
+        self._beater = threading.Thread(target=self._beat_loop, daemon=True)
+        self._beater.start()
+
+    def _ours(self) -> bool:
+        try:
+            return os.stat(self.path).st_ino == self.inode
+        except FileNotFoundError:
+            return False
+
+    def _beat(self) -> None:
+        with self._guard:
+            started = time.monotonic()
+            if not self._ours():
+                self.lost = self.lost or "a waiter broke it after it went silent"
+                return
+            self.handle.seek(0)
+            self.handle.truncate()
+            self.handle.write(json.dumps({"owner": self.owner, "beat": uuid.uuid4().hex}))
+            self.handle.flush()
+            self.valid_until = started + lease.LEASE_SECONDS
+
+    def _beat_loop(self) -> None:
+        while not self._stop.wait(lease.LEASE_SECONDS / 3) and not self.lost:
+            with contextlib.suppress(OSError):
+                self._beat()
 
     def reserve(self, highest: int) -> int:
+        self.check()
         return lease.next_version(highest)
 
     def check(self) -> None:
-        pass
+        with self._guard:
+            if not self.lost and not self._ours():
+                self.lost = "a waiter broke it after it went silent"
+            if not self.lost and time.monotonic() > self.valid_until - lease.CHECK_MARGIN * (
+                lease.LEASE_SECONDS
+            ):
+                self.lost = f"no heartbeat for over {lease.LEASE_SECONDS:.0f} s"
+            if self.lost:
+                raise PushLeaseLost(
+                    f"lost the push lease {self.path} ({self.lost}); nothing pushed by this"
+                    " push (rerun to push against what is served now)"
+                )
+
+    def release(self) -> None:
+        self._stop.set()
+        self._beater.join()
+        self.handle.close()  # releases the flock
 
 
 def _timed_out(path: str, timeout: float, holder: str) -> PushLockTimeout:
@@ -97,24 +153,68 @@ def _timed_out(path: str, timeout: float, holder: str) -> PushLockTimeout:
     )
 
 
+def _record(handle) -> str:
+    handle.seek(0)
+    return handle.read()
+
+
+def _break_if_silent(path: str, handle, watched: dict) -> bool:
+    """Unlinks the lock file `handle` holds open when its holder's heartbeat has not changed
+    for LEASE_SECONDS of our watching; True when it did."""
+    inode, record = os.fstat(handle.fileno()).st_ino, _record(handle)
+    since = watched.setdefault((inode, record), time.monotonic())
+    if time.monotonic() - since < lease.LEASE_SECONDS:
+        return False
+    folder = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)  # held for one stat and one unlink
+        with contextlib.suppress(FileNotFoundError):
+            with open(path) as current:
+                same = os.fstat(current.fileno()).st_ino == inode and current.read() == record
+            if same:
+                os.unlink(path)
+                logging.warning("took the push lock %s over from a silent holder: %s", path, record)
+    finally:
+        os.close(folder)  # releases its flock
+    return True
+
+
 @contextlib.contextmanager
 def _local_flock(path: str, deadline: float, timeout: float) -> Iterator[_Flocked]:
     refuse_network_mount(os.path.dirname(path))
-    with open(path, "a+") as handle:  # closing it releases the lock
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    watched: dict = {}
+    while True:
+        handle = open(path, "a+")  # closing it releases the lock
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.fstat(handle.fileno()).st_ino == _inode(path):
                 break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    handle.seek(0)
-                    raise _timed_out(path, timeout, handle.read().strip()) from None
-                time.sleep(POLL_SECONDS)
-        handle.seek(0)
-        handle.truncate()
-        handle.write(_owner())  # for the timeout message of whoever waits
-        handle.flush()
-        yield _Flocked()
+        except BlockingIOError:
+            if not _break_if_silent(path, handle, watched) and time.monotonic() >= deadline:
+                record = _record(handle)
+                handle.close()
+                raise _timed_out(path, timeout, _parse_owner(record)) from None
+        handle.close()  # a lock on a file a waiter unlinked, or held by another: again
+        time.sleep(POLL_SECONDS)
+    holder = _Flocked(path, handle)
+    try:
+        yield holder
+    finally:
+        holder.release()
+
+
+def _inode(path: str) -> int:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return -1
+
+
+def _parse_owner(record: str) -> str:
+    try:
+        return str(json.loads(record).get("owner", ""))
+    except (ValueError, AttributeError):
+        return record.strip()
 
 
 @contextlib.contextmanager
