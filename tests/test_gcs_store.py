@@ -10,13 +10,19 @@ POSTs and PUTs carry `Transfer-Encoding: identity`, which fake-gcs-server (Go's 
 refuses with 501, so the proxy in between drops that header (GCS itself accepts it)."""
 
 import json
+import os
+import signal
+import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
+from components.atomic_pusher.executor import SOURCE_FILE
 from pipeline import cli
 
+import cifar_fixtures as fx
 import gcs_namespace
 from conftest import FAST_TRAINING, versions
 
@@ -172,3 +178,40 @@ def test_the_kubeflow_file_pushes_to_gs_and_then_finds_nothing_new(
     only = _cli(namespace, "rollback", "--output-dir", root, "--reason", "test", timeout=300)
     assert only.returncode == 2 and only.stderr.startswith("error: "), only.stderr[-3000:]
     assert versions(_names(namespace, serving)) == versions(names)
+
+
+def test_the_pusher_itself_on_gs_after_a_holder_stopped_mid_move(namespace, tmp_path):
+    """tests/test_push_lease.py's Pusher case on gs://, through TensorFlow's own filesystem:
+    the first push is stopped (SIGSTOP) with all but saved_model.pb moved; the next takes the
+    lease over, clears the half version and commits whole; the first, woken, commits
+    nothing. Left: the next push's version and the lease object."""
+    import test_push_lease as lease_tests
+
+    base = f"gs://{namespace.bucket}/pusher-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO_ROOT)}
+    env.update(namespace.env(LEASE_SECONDS=str(lease_tests.LEASE_SECONDS)))
+
+    def publish(model: str, stall: str) -> subprocess.Popen:
+        command = namespace.command(sys.executable, "-c", lease_tests.PUBLISH, model, base, stall)
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+        return subprocess.Popen(command, **pipes, env=env, cwd=REPO_ROOT, start_new_session=True)
+
+    first_model, next_model = (fx.fake_saved_model(tmp_path, n) for n in ("first", "next"))
+    first, following = publish(first_model, "stop"), None
+    try:
+        lease_tests._wait_for(first, "STALLED")
+        following = publish(next_model, "no")
+        out, err = following.communicate(timeout=120)
+        assert following.returncode == 0, err[-3000:]
+        (number,) = lease_tests._numbers(out, "PUSHED")
+        os.killpg(first.pid, signal.SIGCONT)
+        late_out, late_err = first.communicate(timeout=120)
+    finally:
+        for process in (first, following):
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    assert first.returncode == 3 and "lost the push lease" in late_out, late_err[-3000:]
+    prefix = base[len(f"gs://{namespace.bucket}/") :] + "/"
+    left = {n[len(prefix) :] for n in _names(namespace, prefix) if not n.endswith("/")}
+    model = {f"{number}/{name}" for name in fx.files_under(next_model)}
+    assert left - {".push.lock"} == model | {f"{number}/{SOURCE_FILE}"}, left

@@ -2,11 +2,14 @@
 s3:// (tests/seaweed.py, marker s3_store, `make test-s3`) and fake-gcs-server for gs://
 (tests/fake_gcs.py, marker gcs_store, `make test-gcs`).
 
-Each process runs PUSH below: the lock's own API with the store's URL, and a commit that
-mirrors the Pusher's (dead commits removed, a number reserved, part files written, the lock
-checked, saved_model.pb last) written through the store's client, since TensorFlow's gs://
-cannot reach the emulator. What TF Serving would load is then read back: every complete
-version must hold all parts of one writer, and no number may repeat.
+The Pusher's own commit (`publish_version`, PUBLISH below) is tested with a holder stopped
+or killed mid-move on a local folder and on s3:// here, and on gs:// in
+tests/test_gcs_store.py (TensorFlow's gs:// reaches the emulator only in its namespace).
+The lock API's own cases (many writers at once, its cost, gs:// outside the namespace) run
+PUSH: the lock with the store's URL and the Pusher's steps (dead commits removed, a number
+reserved, part files written, the lock checked, saved_model.pb last) through the store's
+client. What TF Serving would load is then read back: every complete version must hold all
+parts of one writer, and no number may repeat.
 """
 
 import json
