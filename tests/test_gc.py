@@ -42,11 +42,23 @@ def test_a_folder_without_a_store_is_one_line(tmp_path):
 
 @pytest.mark.integration
 def test_old_artifacts_no_kept_version_needs_are_removed_and_marked(tiny_archive, tmp_path):
+    """The lineage is followed through the cache: night 1 trains but is not blessed; night 2
+    (gate 0) reuses night 1's examples, statistics and model and pushes. gc keeps every
+    artifact of night 2 and every one it read, although night 1 made them, and removes the
+    rest of night 1 (its evaluation, blessing) and a stopped night: neither "keep the
+    pushed run's own artifacts" nor "keep every run that pushed" passes this."""
     out = tmp_path / "out"
-    pushed = cli("run", "--data", tiny_archive, "--output-dir", out, "--accuracy-gate", "0",
-                 *FAST_TRAINING)  # fmt: skip
+    night = ["--data", tiny_archive, "--output-dir", out, *FAST_TRAINING, "--learning-rate",
+             "1e-7"]  # fmt: skip
+    first = cli("run", *night, "--accuracy-gate", "0.8")
+    assert first.returncode == 4, first.stderr[-2000:]  # not blessed
+    night_1 = {i for i, (uri, _) in _artifacts(out).items() if uri}
+    pushed = cli("run", *night, "--accuracy-gate", "0")
     assert pushed.returncode == 0, pushed.stderr[-2000:]
-    kept = {i for i, (uri, _) in _artifacts(out).items() if uri}
+    night_2 = {i for i, (uri, _) in _artifacts(out).items() if uri} - night_1
+    kept = night_2 | (night_1 & _touched_by_last_run(out))
+    reused = {_artifacts(out)[i][0].split("/")[-3] for i in kept - night_2}
+    assert reused >= {"Trainer", "StatisticsGen", "ImportSchemaGen"}, reused
     # a night the gate stops (darker images drift): its artifacts feed no version
     other = fx.scaled_archive(tmp_path / "other.tar.gz", 0.5, per_class=60)
     refused = cli("run", "--data", other, "--output-dir", out, *FAST_TRAINING)
@@ -67,9 +79,24 @@ def test_old_artifacts_no_kept_version_needs_are_removed_and_marked(tiny_archive
     for i in unneeded:
         assert after[i][1] == 4 and not os.path.exists(after[i][0])  # 4: Artifact.DELETED
     for i in kept:  # the served version's lineage, whole
-        assert after[i][1] == before[i][1] and os.path.exists(after[i][0])
+        assert after[i][1] == before[i][1] and os.path.exists(after[i][0]), before[i][0]
+    assert night_1 - kept and all(after[i][1] == 4 for i in night_1 - kept)  # its evaluation
     again = cli("run", "--data", other, "--output-dir", out, *FAST_TRAINING)
     assert again.returncode == 3, again.stderr[-2000:]  # recomputed, not read from the removed
+
+
+def _touched_by_last_run(out: Path) -> set[int]:
+    """The artifacts the executions of the newest pipeline run read or wrote (a cached
+    execution's outputs are the earlier run's artifacts it reused)."""
+    from tfx.orchestration import metadata
+
+    config = metadata.sqlite_metadata_connection_config(str(out / "metadata.sqlite"))
+    with metadata.Metadata(config) as handle:
+        store = handle.store
+        run = max(store.get_contexts_by_type("pipeline_run"), key=lambda c: c.id)
+        executions = [e.id for e in store.get_executions_by_context(run.id)]
+        events = store.get_events_by_execution_ids(executions)
+        return {e.artifact_id for e in events}
 
 
 def test_gc_while_a_run_holds_the_folder_is_busy_and_removes_nothing(tmp_path):

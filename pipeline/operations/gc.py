@@ -51,24 +51,25 @@ def _version_dirs(serving_model_dir: str) -> list[str]:
         serving_model_dir)]  # fmt: skip
 
 
-def _roots(store, version_dirs: list[str]) -> set[int]:
-    """The PushedModel artifacts that pushed the kept versions, and (for a version a rollback
-    moved, whose destination changed) the models their PUSHED_FROM names."""
-    names = {os.path.basename(d) for d in version_dirs}
+def _roots(store, version_dirs: list[str]) -> tuple[set[int], set[int]]:
+    """(the PushedModel artifacts that pushed the kept versions, the models that PUSHED_FROM
+    names in a kept version no PushedModel names: one this store did not push itself)."""
+    artifacts, names = store.get_artifacts(), {os.path.basename(d) for d in version_dirs}
+    pushed, named = set(), set()
+    for artifact in artifacts:
+        destination = artifact.custom_properties.get(PUSHED_DESTINATION)
+        version = destination and os.path.basename(destination.string_value.rstrip("/"))
+        if version in names:
+            pushed.add(artifact.id)
+            named.add(version)
     pushed_from = set()
     for folder in version_dirs:
         source = os.path.join(folder, "PUSHED_FROM")
-        if os.path.exists(source):
+        if os.path.basename(folder) not in named and os.path.exists(source):
             pushed_from.add(Path(source).read_text().strip())
-    roots = set()
-    for artifact in store.get_artifacts():
-        destination = artifact.custom_properties.get(PUSHED_DESTINATION)
-        if destination and os.path.basename(destination.string_value.rstrip("/")) in names:
-            roots.add(artifact.id)
-        if artifact.uri and any(p == artifact.uri or p.startswith(artifact.uri.rstrip("/") + "/")
-                                for p in pushed_from):  # fmt: skip
-            roots.add(artifact.id)
-    return roots
+    models = {a.id for a in artifacts if a.uri and any(
+        p == a.uri or p.startswith(a.uri.rstrip("/") + "/") for p in pushed_from)}  # fmt: skip
+    return pushed, models
 
 
 def _producers(store, artifact_ids: list[int]) -> set[int]:
@@ -87,16 +88,17 @@ def _runs_of(store, executions: set[int]) -> set[int]:
     return {e.id for run in runs for e in store.get_executions_by_context(run)}
 
 
-def _lineage(store, roots: set[int]) -> set[int]:
+def _lineage(store, pushed: set[int], models: set[int]) -> set[int]:
     """What the kept versions need: the runs that pushed them, whole (every step's inputs
     and outputs: the evaluation, the validation verdict, the logs), and, recursively, every
-    execution that produced what those read (cached artifacts of earlier runs, back to the
-    data), with its inputs and outputs."""
+    execution that produced what those read or a model in `models` (cached artifacts of
+    earlier runs, back to the data), with its inputs and outputs; not the rest of the runs
+    those executions ran in (a run whose model was not blessed until a later run reused it)."""
     from ml_metadata.proto import metadata_store_pb2 as mlmd
 
     inputs = (mlmd.Event.INPUT, mlmd.Event.DECLARED_INPUT)
-    pending = _runs_of(store, _producers(store, list(roots)))
-    kept, seen = set(roots), set()
+    pending = _runs_of(store, _producers(store, list(pushed))) | _producers(store, list(models))
+    kept, seen = pushed | models, set()
     while pending:
         seen |= pending
         read = []
@@ -129,7 +131,7 @@ def plan(output_dir: Path, older_than_days: float, now: float | None = None) -> 
     with metadata.Metadata(config) as handle:
         store = handle.store
         kept = _lineage(
-            store, _roots(store, _version_dirs(str(output_dir / "serving" / "cifar10")))
+            store, *_roots(store, _version_dirs(str(output_dir / "serving" / "cifar10")))
         )
         live = [a for a in store.get_artifacts()
                 if a.state == mlmd.Artifact.LIVE and a.uri.startswith(root)]  # fmt: skip
