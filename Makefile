@@ -125,7 +125,8 @@ test-gcs: $(STAMP) $(KFP_STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m gcs_store $(ARGS)
 
 # `run --workers 2` with a worker killed mid-training (about 6 minutes on 2 cores: two
-# training processes, each started twice). .ci/run calls it after `make test`.
+# training processes, each started twice). .ci/run calls it after `make test-s3`, beside
+# `make test-gcs`.
 test-multi-worker: $(STAMP)
 	$(PY) -m pytest -m multi_worker $(ARGS)
 
