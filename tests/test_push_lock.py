@@ -74,6 +74,25 @@ def test_a_live_holder_past_the_lease_time_keeps_the_lock(base, monkeypatch):
         assert held.reserve(0) > 0
 
 
+def test_a_record_seen_again_after_a_beat_is_watched_anew(base, monkeypatch):
+    """The waiter times the record it saw last, not the first time it ever saw a record:
+    a value that comes back (the CI failure: an empty file mid-beat, twice) is not a holder
+    silent since the first sighting."""
+    fileio.makedirs(base)
+    monkeypatch.setattr(lease, "LEASE_SECONDS", 0.3)
+    path = f"{base}/{lock.LOCK_NAME}"
+    with open(path, "w+") as handle:
+        watched = {}
+        for record in ("a", "b", "a"):
+            handle.seek(0)
+            handle.write(record)
+            handle.flush()
+            assert not lock._break_if_silent(path, handle, watched)
+            time.sleep(0.2)
+        time.sleep(0.2)  # "a" unchanged for 0.4 s of watching: silent
+        assert lock._break_if_silent(path, handle, watched)
+
+
 MOUNTS = """\
 /dev/vda / ext4 rw 0 0
 s3fs /mnt/bucket fuse.s3fs rw,nosuid 0 0

@@ -35,6 +35,7 @@ from components.storage.served_versions import PushLeaseLost
 LOCK_NAME = ".push.lock"
 TIMEOUT_SECONDS = 600  # waiting longer than this for the lock is an error
 POLL_SECONDS = 0.2
+RECORD_BYTES = 512  # the lock file's record (holder, heartbeat), space-padded
 MOUNTS = "/proc/self/mounts"
 # Filesystem types (or their prefixes) shared between hosts, where flock holds on one only.
 NETWORK_FILESYSTEMS = ("fuse", "nfs", "cifs", "smb", "9p", "ceph", "glusterfs", "lustre", "afs")
@@ -111,10 +112,9 @@ class _Flocked:
             if not self._ours():
                 self.lost = self.lost or "a waiter broke it after it went silent"
                 return
-            self.handle.seek(0)
-            self.handle.truncate()
-            self.handle.write(json.dumps({"owner": self.owner, "beat": uuid.uuid4().hex}))
-            self.handle.flush()
+            # One write of a fixed length at offset 0: a reader never sees it half done.
+            record = json.dumps({"owner": self.owner, "beat": uuid.uuid4().hex})
+            os.pwrite(self.handle.fileno(), record.ljust(RECORD_BYTES).encode(), 0)
             self.valid_until = started + lease.LEASE_SECONDS
 
     def _beat_loop(self) -> None:
@@ -154,16 +154,16 @@ def _timed_out(path: str, timeout: float, holder: str) -> PushLockTimeout:
 
 
 def _record(handle) -> str:
-    handle.seek(0)
-    return handle.read()
+    return os.pread(handle.fileno(), RECORD_BYTES, 0).decode(errors="replace")
 
 
 def _break_if_silent(path: str, handle, watched: dict) -> bool:
     """Unlinks the lock file `handle` holds open when its holder's heartbeat has not changed
     for LEASE_SECONDS of our watching; True when it did."""
     inode, record = os.fstat(handle.fileno()).st_ino, _record(handle)
-    since = watched.setdefault((inode, record), time.monotonic())
-    if time.monotonic() - since < lease.LEASE_SECONDS:
+    if watched.get("record") != (inode, record):  # a beat since the last look: watch anew
+        watched.update(record=(inode, record), since=time.monotonic())
+    if time.monotonic() - watched["since"] < lease.LEASE_SECONDS:
         return False
     folder = os.open(os.path.dirname(path), os.O_RDONLY)
     try:
@@ -184,7 +184,8 @@ def _local_flock(path: str, deadline: float, timeout: float) -> Iterator[_Flocke
     refuse_network_mount(os.path.dirname(path))
     watched: dict = {}
     while True:
-        handle = open(path, "a+")  # closing it releases the lock
+        # Not O_APPEND, under which pwrite appends; closing it releases the lock.
+        handle = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), "r+")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             if os.fstat(handle.fileno()).st_ino == _inode(path):
