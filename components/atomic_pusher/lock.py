@@ -101,10 +101,7 @@ class _Flocked:
         self._beater.start()
 
     def _ours(self) -> bool:
-        try:
-            return os.stat(self.path).st_ino == self.inode
-        except FileNotFoundError:
-            return False
+        return _inode(self.path) == self.inode
 
     def _beat(self) -> None:
         with self._guard:
